@@ -1,0 +1,1 @@
+"""The APM-Bench release format: typed objects, the loader and validator, runtime instances."""

@@ -1,0 +1,1 @@
+"""Video: decode once into a shared frame cache, select frames causally, pixel codes for tests."""
