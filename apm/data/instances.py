@@ -69,12 +69,12 @@ def _at(point: Mapping[str, Any], time_field: str) -> tuple[str, int]:
     return f"{point['day_id']}/{point['session_id']}", clock.absolute(point["day_id"], point[time_field])
 
 
-def _probes(c: Candidate) -> Iterator[tuple[str, Polarity | None, str, int, int | None]]:
+def probe_points(c: Candidate) -> Iterator[tuple[str, Polarity | None, str, int, int | None]]:
     """(probe_id, polarity, session key, probe time, window start) for each probe of ``c``."""
     f = c.fields
     if c.task in MCQA_TASKS or c.task == EA:
         session, t = _at(f["query"], "query_time")
-        yield "query", None, session, t, None
+        yield ("ea" if c.task == EA else "query"), None, session, t, None
         return
     if c.task in ("ERA", "RCR"):
         session, t = _at(f["positive_heartbeat"], "query_time")
@@ -120,7 +120,7 @@ def _visible(traj: Trajectory, session_key: str, task: str) -> tuple[str, ...]:
 def candidate_instances(c: Candidate, traj: Trajectory) -> list[Instance]:
     """The runtime instances of one validated candidate."""
     out = []
-    for probe_id, polarity, session_key, probe_time, window_start in _probes(c):
+    for probe_id, polarity, session_key, probe_time, window_start in probe_points(c):
         session = traj.session(session_key)
         out.append(
             Instance(

@@ -1,0 +1,182 @@
+"""The backbone contract: one request/response shape for every model engine (DESIGN.md, "Backbones").
+
+A backbone is any object with a ``name``, ``async start()``, ``async close()`` and
+``async generate(request) -> Response``; subclass :class:`Backbone` to get the async context
+manager and :meth:`Backbone.generate_sync` for free. Failures a run should record and go past are
+returned in :attr:`Response.error`, never raised.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from apm.data.instances import Instance
+from apm.video.frames import Frame
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class TextPart:
+    """Plain text inside a message."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class FramePart:
+    """One video frame inside a user message; its JPEG bytes are sent as they are."""
+
+    frame: Frame
+
+
+Part = TextPart | FramePart
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat turn; ``time`` is the absolute wall-clock second it happens at, when it has one."""
+
+    role: Role
+    parts: tuple[Part, ...]
+    time: int | None = None
+
+    @classmethod
+    def text(cls, role: Role, text: str, time: int | None = None) -> Message:
+        """A turn made of a single text part."""
+        return cls(role, (TextPart(text),), time)
+
+    @property
+    def frames(self) -> tuple[Frame, ...]:
+        return tuple(p.frame for p in self.parts if isinstance(p, FramePart))
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Decoding settings; ``json_output`` asks the engine for a JSON object where it can."""
+
+    max_tokens: int = 512
+    temperature: float = 0.0
+    seed: int | None = 0
+    stop: tuple[str, ...] = ()
+    json_output: bool = False
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a backbone is asked: the chat, the settings and (for baselines/logs) the instance."""
+
+    messages: tuple[Message, ...]
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    instance: Instance | None = None
+    """The runtime instance asked about; reference baselines answer from it, models must not."""
+    request_id: str = ""
+    """The instance key (or any id) used in logs."""
+
+    @property
+    def frames(self) -> tuple[Frame, ...]:
+        """Every frame of the request, in message order."""
+        return tuple(f for m in self.messages for f in m.frames)
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What a context-length guard dropped from a request, so no cut is ever silent."""
+
+    reason: Literal["max_frames", "max_context_tokens"]
+    policy: str
+    """How frames were chosen to drop: ``uniform`` (even subsample) or ``oldest`` (keep the latest)."""
+    frames_before: int
+    frames_after: int
+    est_tokens_before: int
+    est_tokens_after: int
+    dropped_wall_clock: tuple[int, ...] = ()
+    """Wall-clock seconds of the dropped frames."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Response:
+    """What a backbone answered, with its timing and token counts (from the one final attempt)."""
+
+    text: str = ""
+    ttft_s: float | None = None
+    """Seconds from sending the final attempt to its first content token (None: none arrived)."""
+    total_s: float = 0.0
+    """Seconds from sending the final attempt to its last token: the engine's latency."""
+    elapsed_s: float = 0.0
+    """Seconds the whole call took: queueing for a slot, failed attempts and back-off included."""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    """Why no usable answer came back; the run records it and goes on."""
+    attempts: int = 1
+    """Attempts made (HTTP attempts for remote engines); counts describe only the last one."""
+    truncation: Truncation | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class BackboneLike(Protocol):
+    """The structural contract: what the runner relies on, whatever the class derives from."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def generate(self, request: Request) -> Response: ...
+
+
+class Backbone(abc.ABC):
+    """Base class for backbones: async context manager plus a synchronous convenience call."""
+
+    name: str = "backbone"
+    _runner: asyncio.Runner | None = None
+
+    async def start(self) -> None:
+        """Acquire resources (clients, servers, weights); default: nothing to do."""
+
+    async def close(self) -> None:
+        """Release what :meth:`start` acquired; must be safe to call twice."""
+
+    @abc.abstractmethod
+    async def generate(self, request: Request) -> Response:
+        """Answer one request; record failures in ``Response.error`` instead of raising."""
+
+    async def __aenter__(self) -> Backbone:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def generate_sync(self, request: Request) -> Response:
+        """Blocking :meth:`generate` for scripts and notebooks; starts the backbone on first use.
+
+        Runs on a private event loop kept across calls; call :meth:`close_sync` when done.
+        """
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+            self._runner.run(self.start())
+        return self._runner.run(self.generate(request))
+
+    def close_sync(self) -> None:
+        """Close a backbone used through :meth:`generate_sync`."""
+        if self._runner is not None:
+            self._runner.run(self.close())
+            self._runner.close()
+            self._runner = None

@@ -1,0 +1,157 @@
+"""Read a run's records, judgements and memory lines (JSONL) into typed, de-duplicated DataFrames.
+
+A path may be one run dir or any folder above several (a sweep): every ``records/*.jsonl``,
+``judgements/*.jsonl`` and ``memory/*.jsonl`` below it is read, in sorted path order, so shards of a
+config concatenate and, for duplicate keys, the line read last wins.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+
+METHOD = ["dataset", "memory", "backbone"]
+"""Columns naming a method (a config); every score is per method."""
+
+_RUN = METHOD + ["config_hash"]
+_CATEGORICAL = _RUN + [
+    "trajectory_id", "candidate_id", "task", "family", "polarity", "parse_status", "decision", "answer",
+    "judge",
+]
+_BOOLEAN = ["correct", "gate_pass", "evidence_available"]
+
+Row = dict[str, Any]
+Field = tuple[str, Callable[[Row], Any]]
+
+
+def _get(name: str) -> Callable[[Row], Any]:
+    return lambda r: r.get(name)
+
+
+def _nested(outer: str, inner: str) -> Callable[[Row], Any]:
+    return lambda r: (r.get(outer) or {}).get(inner)
+
+
+_RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in _RUN]
+
+RECORD_FIELDS: list[Field] = _RUN_FIELDS + [
+    (c, _get(c))
+    for c in (
+        "key", "trajectory_id", "candidate_id", "task", "family", "polarity", "evidence_available",
+        "original_candidate_id", "parse_status", "decision", "answer", "correct", "gate_pass", "error",
+    )
+] + [
+    ("ttft_s", _nested("latency", "ttft_s")),
+    ("total_s", _nested("latency", "total_s")),
+    ("rtf", _nested("latency", "rtf")),
+]
+"""What scoring needs from a record."""
+
+DETAIL_FIELDS: list[Field] = [
+    (c, _get(c))
+    for c in (
+        "day_id", "session_id", "probe_id", "probe_time", "correct_option", "output", "parse_error",
+        "frames", "prompt_version", "prompt_sha256", "memory_bytes", "attempts",
+    )
+] + [
+    ("prep_s", _nested("latency", "prep_s")),
+    ("prefix_s", _nested("latency", "prefix_s")),
+    ("prompt_tokens", _nested("tokens", "prompt")),
+    ("completion_tokens", _nested("tokens", "completion")),
+]
+"""What a person drilling into instances also wants (the notebook)."""
+
+JUDGEMENT_FIELDS: list[Field] = _RUN_FIELDS + [
+    (c, _get(c)) for c in ("key", "judge", "rubric_version", "status", "score")
+]
+MEMORY_FIELDS: list[Field] = _RUN_FIELDS + [
+    (c, _get(c)) for c in ("trajectory_id", "session_index", "bytes", "prior_hours", "update_s")
+]
+
+
+def _files(paths: Iterable[str | Path], kind: str) -> list[Path]:
+    """Every ``<kind>/*.jsonl`` at or below the given paths, in sorted order, without repeats."""
+    found: dict[Path, None] = {}
+    for root in map(Path, paths):
+        if not root.exists():
+            raise FileNotFoundError(root)
+        for f in sorted(root.rglob("*.jsonl")):
+            if f.parent.name == kind:
+                found.setdefault(f.resolve(), None)
+    return list(found)
+
+
+def _parse(path: Path) -> list[Row]:
+    """JSON objects of a file's lines; an undecodable line (a crash mid-write) is skipped, warned."""
+    rows, bad = [], 0
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            bad += 1
+    if bad:
+        warnings.warn(f"{path}: skipped {bad} undecodable line(s)", stacklevel=3)
+    return rows
+
+
+def _frame(rows: Sequence[Row], fields: Sequence[Field]) -> pd.DataFrame:
+    """Columns picked from parsed rows, one list comprehension per column (fast on 1M rows)."""
+    return pd.DataFrame({name: [get(r) for r in rows] for name, get in fields})
+
+
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    """Categorical keys, nullable booleans and float timings: compact and fast to group."""
+    out = df.copy()
+    for c in out.columns.intersection(_CATEGORICAL):
+        out[c] = out[c].astype("category")
+    for c in out.columns.intersection(_BOOLEAN):
+        out[c] = out[c].astype("boolean")
+    for c in out.columns.intersection(["ttft_s", "total_s", "rtf", "score", "bytes", "prior_hours"]):
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
+    return out
+
+
+def _read(paths: Iterable[str | Path], kind: str, fields: Sequence[Field]) -> pd.DataFrame:
+    """All lines of one kind under ``paths`` as one typed DataFrame (empty, with columns, if none)."""
+    frames = [_frame(_parse(f), fields) for f in _files(paths, kind)]
+    frames = [f for f in frames if len(f)]
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[n for n, _ in fields])
+    return _typed(df)
+
+
+def load_records(paths: Iterable[str | Path], detail: bool = False) -> pd.DataFrame:
+    """Records of the runs under ``paths``; the last line per (config_hash, key) wins.
+
+    ``detail`` adds the raw output, frames, prompt and timing fields (for drilling into instances).
+    """
+    df = _read(paths, "records", RECORD_FIELDS + (DETAIL_FIELDS if detail else []))
+    return df.drop_duplicates(["config_hash", "key"], keep="last").reset_index(drop=True)
+
+
+def load_judgements(
+    paths: Iterable[str | Path], judge: str | None = None, rubric_version: str | None = None
+) -> pd.DataFrame:
+    """One judgement per (config_hash, key): the last one by ``judge``/``rubric_version``, else the last."""
+    df = _read(paths, "judgements", JUDGEMENT_FIELDS)
+    wanted = pd.Series(True, index=df.index)
+    if judge is not None:
+        wanted &= df["judge"].astype("str") == judge
+    if rubric_version is not None:
+        wanted &= df["rubric_version"].astype("str") == str(rubric_version)
+    ordered = df.assign(_wanted=wanted.fillna(False)).sort_values("_wanted", kind="stable")
+    last = ordered.drop_duplicates(["config_hash", "key"], keep="last").drop(columns="_wanted")
+    return last.sort_index().reset_index(drop=True)
+
+
+def load_memory(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """Per-session persistent-state lines; the last per (config_hash, trajectory, session) wins."""
+    df = _read(paths, "memory", MEMORY_FIELDS)
+    keys = ["config_hash", "trajectory_id", "session_index"]
+    return df.drop_duplicates(keys, keep="last").reset_index(drop=True)
