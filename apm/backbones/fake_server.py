@@ -1,0 +1,199 @@
+"""A loopback OpenAI-compatible chat server that streams canned answers or misbehaves on cue.
+
+Used by the fault tests, the throughput benchmark and the server-lifecycle tests: each chat request
+takes the next entry of ``faults`` (``ok`` once they run out) and the server counts what it saw.
+Run standalone with ``python -m apm.backbones.fake_server --port 0``; it prints ``PORT <n>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Iterable
+
+FAULTS = ("ok", "429", "500", "400", "malformed", "drop", "hang", "trickle")
+"""``drop`` closes the connection mid-answer; ``hang`` never answers; ``trickle`` sends keep-alive
+comments forever, so a read timeout never fires and only a deadline cuts it."""
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+            500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+@dataclass
+class FakeServer:
+    """An asyncio HTTP/1.1 server on ``host``; ``start()`` binds it, ``port`` says where."""
+
+    reply: str = '{"answer":"A"}'
+    latency_s: float = 0.0
+    """Delay before the first token."""
+    chunks: int = 4
+    faults: deque[str] = field(default_factory=deque)
+    retry_after_s: float | None = None
+    ready_after_s: float = 0.0
+    """``/health`` answers 503 until this many seconds after start."""
+    host: str = "127.0.0.1"
+    port: int = 0
+    keep_bodies: bool = False
+    counts: Counter[str] = field(default_factory=Counter)
+    arrivals: list[float] = field(default_factory=list)
+    bodies: list[dict] = field(default_factory=list)
+    _server: asyncio.Server | None = None
+    _tasks: set[asyncio.Task] = field(default_factory=set)
+    _started: float = 0.0
+
+    def plan(self, faults: Iterable[str]) -> None:
+        """Queue the behaviour of the next chat requests."""
+        for f in faults:
+            if f not in FAULTS:
+                raise ValueError(f"unknown fault {f!r}; choose from {FAULTS}")
+            self.faults.append(f)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def start(self) -> FakeServer:
+        self._server = await asyncio.start_server(self._connection, self.host, self.port, backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._started = time.monotonic()
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for t in list(self._tasks):
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._server.wait_closed()
+            self._server = None
+
+    async def __aenter__(self) -> FakeServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            while await self._one_request(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+
+    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Serve one request; False when the connection should close."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
+        body = await reader.readexactly(int(headers.get("content-length", 0)))
+        if method == "GET" and path == "/health":
+            ready = time.monotonic() - self._started >= self.ready_after_s
+            await _send(writer, 200 if ready else 503, b"")
+        elif method == "GET" and path.endswith("/models"):
+            await _send(writer, 200, json.dumps({"data": [{"id": "fake"}]}).encode())
+        elif method == "POST" and path.endswith("/chat/completions"):
+            return await self._chat(json.loads(body), writer)
+        else:
+            await _send(writer, 404, b"")
+        return True
+
+    async def _chat(self, body: dict, writer: asyncio.StreamWriter) -> bool:
+        fault = self.faults.popleft() if self.faults else "ok"
+        self.counts["requests"] += 1
+        self.counts[fault] += 1
+        self.arrivals.append(time.monotonic())
+        if self.keep_bodies:
+            self.bodies.append(body)
+        if fault in ("429", "500", "400"):
+            extra = {"Retry-After": f"{self.retry_after_s:g}"} if fault == "429" and self.retry_after_s else {}
+            await _send(writer, int(fault), json.dumps({"error": {"message": f"fake {fault}"}}).encode(), extra)
+            return True
+        if fault == "hang":
+            await asyncio.sleep(3600)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        if fault == "trickle":
+            while True:
+                _chunk(writer, b": keep-alive\n\n")
+                await writer.drain()
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(self.latency_s)
+        if fault == "malformed":
+            _event(writer, '{"choices": [{"delta": {"content": "x"')
+        pieces = _split(self.reply, self.chunks)
+        for i, piece in enumerate(pieces):
+            _event(writer, json.dumps({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}))
+            if fault == "drop" and i == len(pieces) // 2:
+                await writer.drain()
+                writer.transport.abort()
+                return False
+        usage = {"prompt_tokens": len(json.dumps(body)) // 4, "completion_tokens": len(pieces)}
+        _event(writer, json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        _event(writer, json.dumps({"choices": [], "usage": usage}))
+        _event(writer, "[DONE]")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+
+def _split(text: str, n: int) -> list[str]:
+    step = max(1, -(-len(text) // max(n, 1)))
+    return [text[i : i + step] for i in range(0, len(text), step)] or [""]
+
+
+def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
+    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+
+def _event(writer: asyncio.StreamWriter, data: str) -> None:
+    _chunk(writer, f"data: {data}\n\n".encode())
+
+
+async def _send(writer: asyncio.StreamWriter, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    writer.write(
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}\r\n".encode() + body
+    )
+    await writer.drain()
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    server = FakeServer(reply=args.reply, latency_s=args.latency, chunks=args.chunks,
+                        ready_after_s=args.ready_after, host=args.host, port=args.port)
+    await server.start()
+    print(f"PORT {server.port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI entry; unknown arguments (e.g. vLLM's) are ignored so it can stand in for a server."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--latency", type=float, default=0.0)
+    p.add_argument("--chunks", type=int, default=4)
+    p.add_argument("--reply", default='{"answer":"A"}')
+    p.add_argument("--ready-after", type=float, default=0.0)
+    args, _ = p.parse_known_args(argv)
+    asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    main()
