@@ -1,0 +1,75 @@
+"""Mirror a run to Weights & Biases: one W&B run per job, every instance row, running summaries.
+
+Offline by default (``wandb sync`` later). Rows are logged as ``wandb.Table`` chunks of at most
+``chunk_rows`` rows (``instances/chunk_0000``, …) because one table is silently cut at 10,000 rows.
+Only the resolved config and record fields are sent; nothing from the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+ROW_COLUMNS = (
+    "key", "task", "family", "polarity", "probe_time", "decision", "answer", "correct_option", "correct",
+    "gate_pass", "parse_status", "parse_error", "ttft_s", "total_s", "memory_bytes", "n_frames", "error", "output",
+)
+
+
+def record_row(rec: dict[str, Any]) -> list[Any]:
+    """One table row of a record (the columns of ``ROW_COLUMNS``)."""
+    lat = rec["latency"]
+    flat = {**rec, "ttft_s": lat["ttft_s"], "total_s": lat["total_s"], "n_frames": len(rec["frames"])}
+    return [flat.get(c) for c in ROW_COLUMNS]
+
+
+class WandbSink:
+    """Buffers rows and logs them in chunks; ``close`` logs the rest and the closing summary."""
+
+    def __init__(self, mode: str, project: str, name: str, group: str | None, config: dict[str, Any],
+                 run_dir: Path, entity: str | None = None, chunk_rows: int = 5000, run_id: str | None = None):
+        import wandb
+
+        self._wandb = wandb
+        self.chunk_rows = chunk_rows
+        self._rows: list[list[Any]] = []
+        self._chunks = 0
+        self._counts = {"instances": 0, "errors": 0, "correct": 0, "mcqa": 0, "gate_pass": 0, "adaptive": 0}
+        self.run = wandb.init(
+            mode=mode, project=project, entity=entity, name=name, group=group, config=config,
+            dir=str(run_dir), id=run_id, resume="allow" if run_id else None, reinit="finish_previous",
+        )
+
+    def __call__(self, rec: dict[str, Any]) -> None:
+        self._rows.append(record_row(rec))
+        c = self._counts
+        c["instances"] += 1
+        c["errors"] += rec["error"] is not None
+        if rec["correct"] is not None:
+            c["mcqa"] += 1
+            c["correct"] += bool(rec["correct"])
+        if rec["gate_pass"] is not None:
+            c["adaptive"] += 1
+            c["gate_pass"] += bool(rec["gate_pass"])
+        if len(self._rows) >= self.chunk_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows:
+            return
+        table = self._wandb.Table(columns=list(ROW_COLUMNS), data=self._rows)
+        c = self._counts
+        self.run.log({
+            f"instances/chunk_{self._chunks:04d}": table,
+            "progress/instances": c["instances"],
+            "progress/errors": c["errors"],
+            "progress/mcqa_accuracy": c["correct"] / c["mcqa"] if c["mcqa"] else None,
+            "progress/gate_pass_rate": c["gate_pass"] / c["adaptive"] if c["adaptive"] else None,
+        })
+        self._chunks += 1
+        self._rows = []
+
+    def close(self, summary: dict[str, Any]) -> None:
+        self._flush()
+        self.run.summary.update({**summary, "table_chunks": self._chunks})
+        self.run.finish()

@@ -1,0 +1,84 @@
+"""The memory-protocol contract (DESIGN.md, "Memory protocols").
+
+A protocol observes each completed session (``end_session``) and may write persistent state into
+its own folder; the runner measures that folder's bytes on disk after every session. For each
+instance it says what history to expose (``history``): frame spans of earlier sessions and text
+notes. The current session's causal prefix is always added by the runner, so no protocol can leak
+frames after the probe time. A new protocol is one subclass plus one YAML file under
+``conf/memory/`` (its ``_target_``), inside or outside this package.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from apm.data.instances import Instance, Turn
+from apm.data.model import Session, Trajectory
+from apm.video.frames import Frame
+from apm.video.select import Span
+
+if TYPE_CHECKING:
+    from apm.backbones.base import Backbone
+
+
+@dataclass(frozen=True)
+class History:
+    """What an instance is shown besides its current causal prefix."""
+
+    spans: tuple[Span, ...] = ()
+    """Frame spans of earlier visible sessions (checked against the probe time when read)."""
+    notes: tuple[tuple[Session, str], ...] = ()
+    """Text memories, each with the session it was written for."""
+    current: Literal["prefix", "recent"] = "prefix"
+    """``prefix``: the current session from its start to the probe; ``recent``: only its latest frames."""
+    recent_frames: int = 4
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """A completed session as a protocol observes it at its end."""
+
+    trajectory: Trajectory
+    session: Session
+    interactions: tuple[Turn, ...]
+    """User turns that happened during the session (registrations, ERA questions), in time order."""
+    frames: tuple[Frame, ...] = field(default=(), repr=False)
+    """The whole session, sampled uniformly to the protocol's ``session_frames`` (none if 0)."""
+
+
+class MemoryProtocol(abc.ABC):
+    """Base class: stateless by default; subclasses override what they keep."""
+
+    name: str = "memory"
+    """How tables print the protocol (e.g. "Raw Video as Memory"); a config may override it."""
+    session_frames: int = 0
+    """How many frames of a completed session ``end_session`` wants to see (0: none)."""
+    needs_writer: bool = False
+    """Whether ``end_session`` asks a backbone to write text memory (``writer``)."""
+
+    def __init__(self, name: str | None = None):
+        if name:
+            self.name = name
+
+    async def end_session(self, view: SessionView, state_dir: Path, writer: Backbone | None) -> dict:
+        """Update persistent state in ``state_dir`` after ``view.session``; return facts to record."""
+        return {}
+
+    @abc.abstractmethod
+    def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
+        """What ``instance`` is shown of earlier sessions (only its ``visible_sessions`` may appear)."""
+
+
+def prior_sessions(instance: Instance, trajectory: Trajectory) -> list[Session]:
+    """The completed sessions the instance may see, oldest first."""
+    return [trajectory.session(k) for k in instance.visible_sessions[:-1]]
+
+
+def state_bytes(state_dir: Path) -> int:
+    """Bytes the protocol's persistent state occupies: the sizes of every file under ``state_dir``."""
+    if not state_dir.exists():
+        return 0
+    return sum(p.stat().st_size for p in state_dir.rglob("*") if p.is_file())

@@ -1,0 +1,98 @@
+"""Fill the Appendix E templates from a runtime instance.
+
+Templates live in ``templates/*.txt`` with the paper's angle-bracketed fields (``<QUESTION>``,
+``<OPTION A>``, ``<START_TIME>``, …). The paper's text is kept word for word; see
+``docs/prompts.md`` for the whitespace restored after punctuation and how turns are placed.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from typing import Mapping
+
+from apm.data import clock
+from apm.data.instances import Instance, Turn
+from apm.data.model import Session
+
+_FIELD = re.compile(r"<[A-Z][A-Z_ ]*>")
+
+PROMPT_VERSION = "appendix-e/v1"
+"""Changes whenever any template's text changes; recorded on every record."""
+
+_PROBE_TEMPLATE = {
+    "STU": "mcqa_stu",
+    "EA": "ea",
+    "ERA": "era_probe",
+    "RCR": "rcr_probe",
+    "MPA": "mpa_interval",
+    "PRM": "prm_interval",
+    "TPG": "tpg_interval",
+}
+
+
+@cache
+def template(name: str) -> str:
+    """The text of ``templates/<name>.txt`` without its trailing newline."""
+    return resources.files("apm.prompts").joinpath("templates", f"{name}.txt").read_text(encoding="utf-8").rstrip("\n")
+
+
+def fill(name: str, fields: Mapping[str, str]) -> str:
+    """Replace every ``<FIELD>`` of template ``name``; a field left unfilled is an error."""
+    text = template(name)
+    for key, value in fields.items():
+        text = text.replace(f"<{key}>", value)
+    left = _FIELD.findall(text)
+    if left:
+        raise ValueError(f"template {name}: unfilled fields {left}")
+    return text
+
+
+def _question_fields(fields: Mapping) -> dict[str, str]:
+    out = {"QUESTION": fields["question"]}
+    out.update({f"OPTION {c['option_id']}": c["text"] for c in fields["choices"]})
+    return out
+
+
+def _time(abs_second: int) -> str:
+    return clock.label(abs_second)
+
+
+def system_prompt() -> str:
+    """E.1: precedes every task prompt."""
+    return template("system")
+
+
+def probe_prompt(instance: Instance) -> str:
+    """The text sent at the probe time (E.2 MCQA, E.3 probes, E.4 EA)."""
+    name = _PROBE_TEMPLATE.get(instance.task, "mcqa")
+    fields = instance.candidate.fields
+    if name in ("mcqa", "mcqa_stu", "ea"):
+        return fill(name, _question_fields(fields))
+    if instance.window_start is not None:
+        return fill(name, {"START_TIME": _time(instance.window_start), "END_TIME": _time(instance.probe_time)})
+    return template(name)
+
+
+def turn_text(turn: Turn, instance: Instance) -> str:
+    """The text of a turn the protocol injects before the probe (ERA question, registration, marker)."""
+    if turn.kind == "question":
+        return fill("era_question", _question_fields(instance.candidate.fields))
+    if turn.kind == "interval_marker":
+        return fill("interval_marker", {"START_TIME": _time(turn.time)})
+    return turn.text
+
+
+def summary_prompts(session: Session) -> tuple[str, str]:
+    """E.5: the summary writer's instruction and its session-end request."""
+    request = fill(
+        "summary_request",
+        {
+            "DAY_ID": session.day_id,
+            "SESSION_ID": session.session_id,
+            "START_TIME": clock.split(session.start)[1],
+            "END_TIME": clock.split(session.end)[1],
+        },
+    )
+    return template("summary_writer"), request

@@ -1,0 +1,1 @@
+"""``apm-run``: the online protocol over one shard of trajectories, with crash-safe records."""

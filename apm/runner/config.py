@@ -1,0 +1,108 @@
+"""Structured-config schema of ``apm-run`` (Hydra ConfigStore), so a typo or a wrong type fails at
+compose time, and the config hash that names a run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+
+@dataclass
+class ShardConfig:
+    index: int = 0
+    count: int = 1
+
+
+@dataclass
+class FramesConfig:
+    fps: float = 1.0
+    max_side: int = 448
+    jpeg_quality: int = 85
+    cache_dir: str | None = None
+    """Shared frame cache folder; default ``$APM_CACHE_DIR`` or ``~/.cache/apm/frames``."""
+
+
+@dataclass
+class GenerationConfig:
+    max_tokens: int = 512
+    temperature: float = 0.0
+    seed: int = 0
+
+
+@dataclass
+class WandbConfig:
+    mode: str = "offline"
+    """``offline`` (default; ``wandb sync`` later), ``online`` or ``disabled``."""
+    project: str = "apm-bench"
+    entity: str | None = None
+    group: str | None = None
+    table_chunk_rows: int = 5000
+
+
+@dataclass
+class LoggingConfig:
+    progress: bool = True
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+@dataclass
+class DatasetConfig:
+    name: str = MISSING
+    root: str = MISSING
+    include_ea: bool = True
+    """Run the Evidence Availability-Aware candidates too (they are their own task, ``EA``)."""
+    tasks: list[str] | None = None
+    """Restrict to these tasks (``None``: all)."""
+
+
+@dataclass
+class RunConfig:
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    memory: Any = MISSING
+    backbone: Any = MISSING
+    writer: Any = None
+    """Backbone that writes text memories (E.5); ``None``: the run's backbone."""
+    judge: Any = None
+    shard: ShardConfig = field(default_factory=ShardConfig)
+    frames: FramesConfig = field(default_factory=FramesConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    concurrency: int = 8
+    rerun_errors: bool = False
+    output_root: str = "runs"
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    experiment: Any = None
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="apm_schema", node=RunConfig)
+
+
+IDENTITY_KEYS = ("dataset", "memory", "backbone", "writer", "frames", "generation")
+"""What makes two runs the same run: not the shard, concurrency, logging or output folder."""
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Hash of the identity part of the resolved config (``frames.cache_dir`` excluded)."""
+    ident = {k: _plain(cfg.get(k)) for k in IDENTITY_KEYS}
+    ident["frames"] = {k: v for k, v in (ident["frames"] or {}).items() if k != "cache_dir"}
+    ident["dataset"] = {k: v for k, v in ident["dataset"].items() if k != "root"} | {"root": str(ident["dataset"]["root"])}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _plain(node: Any) -> Any:
+    """A config node as plain data, interpolations resolved (only this node: never ``hydra``)."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text).strip("-").lower()
+
+
+def run_name(cfg: DictConfig, memory_name: str, backbone_name: str) -> str:
+    """``<dataset>/<memory>/<backbone>-<hash>``: stable across reruns, resumes and shard counts."""
+    return f"{slug(cfg.dataset.name)}/{slug(memory_name)}/{slug(backbone_name)}-{config_hash(cfg)}"
