@@ -110,7 +110,7 @@ class Retrieval(TextSummary):
         self.method, self.top_k, self.min_score, self.embedding_model = method, top_k, min_score, embedding_model
 
     def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
-        notes = _load_notes(prior_sessions(instance, trajectory), state_dir)
+        notes = [(s, text) for s, text in _load_notes(prior_sessions(instance, trajectory), state_dir) if text.strip()]
         if not notes:
             return History()
         scores = self._scores(instance_query(instance), [text for _, text in notes])

@@ -1,0 +1,49 @@
+"""Shared pieces for end-to-end tests of ``apm-run``: a tiny synthetic release, composed configs,
+and a probe backbone that records what each instance was shown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from apm.backbones.baselines import Oracle
+from apm.runner.app import CONF_DIR, run_async, run_dir_of
+
+
+def compose_run(root: Path, out: Path, cache: Path, overrides: list[str] = ()) -> DictConfig:
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        return compose("config", overrides=[
+            f"dataset.root={root}", f"output_root={out}", f"frames.cache_dir={cache}",
+            "logging.wandb.mode=disabled", "logging.progress=false", *overrides,
+        ])
+
+
+def run(cfg: DictConfig) -> Path:
+    asyncio.run(run_async(cfg))
+    return run_dir_of(cfg)
+
+
+def records(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for p in sorted((run_dir / "records").glob("*.jsonl")) for line in p.read_text().splitlines()]
+
+
+def memory_records(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for p in sorted((run_dir / "memory").glob("*.jsonl")) for line in p.read_text().splitlines()]
+
+
+class ShownFrames(Oracle):
+    """The oracle baseline that also keeps every request it was sent (to inspect the pixels shown)."""
+
+    seen: dict[str, Any] = {}
+
+    def __init__(self, name: str = "Shown Frames Probe", **kwargs):
+        super().__init__(name=name)
+
+    async def generate(self, request):
+        ShownFrames.seen[request.request_id] = request
+        return await super().generate(request)

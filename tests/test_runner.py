@@ -1,0 +1,120 @@
+"""End-to-end: apm-run on the tiny synthetic release, every protocol, baseline backbones."""
+
+from __future__ import annotations
+
+import pytest
+
+from apm.data import clock
+from apm.data.tasks import ADAPTIVE
+from apm.memory.base import state_bytes
+from apm.synth import generate
+from apm.video.pixelcode import read_code
+from runner_helpers import ShownFrames, compose_run, memory_records, records, run
+
+_CODES: dict[bytes, int | None] = {}
+
+
+def _code(frame) -> int | None:
+    """The pixel code of a frame (memoised by its JPEG bytes)."""
+    if frame.jpeg not in _CODES:
+        _CODES[frame.jpeg] = read_code(frame.pixels())
+    return _CODES[frame.jpeg]
+
+
+PROTOCOLS = ["none", "raw_video", "restricted", "text_summary", "oracle", "retrieval_bm25"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=0, scale="tiny")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.mark.parametrize("memory", PROTOCOLS)
+def test_oracle_backbone_answers_everything_right(tiny, cache, tmp_path, memory):
+    run_dir = run(compose_run(tiny, tmp_path, cache, [f"memory={memory}", "backbone=oracle"]))
+    recs = records(run_dir)
+    assert recs and all(r["error"] is None for r in recs)
+    for r in recs:
+        if r["task"] in ADAPTIVE:
+            assert r["gate_pass"] is True, r["key"]
+        else:
+            assert r["correct"] is True, r["key"]
+    assert {r["task"] for r in recs} >= set(ADAPTIVE) | {"ER", "OCR", "EA"}
+    sessions = {(r["trajectory_id"], r["day_id"], r["session_id"]) for r in memory_records(run_dir)}
+    assert len(sessions) == 12  # every completed session was observed once
+
+
+@pytest.mark.parametrize("memory", ["none", "text_summary"])
+def test_always_silent_passes_exactly_the_negative_gates(tiny, cache, tmp_path, memory):
+    recs = records(run(compose_run(tiny, tmp_path, cache, [f"memory={memory}", "backbone=always_silent"])))
+    adaptive = [r for r in recs if r["family"] == "adaptive"]
+    assert adaptive
+    assert all(r["gate_pass"] == (r["polarity"] == "negative") for r in adaptive)
+
+
+@pytest.mark.parametrize("memory", PROTOCOLS)
+def test_no_frame_shows_a_moment_after_the_probe(tiny, cache, tmp_path, memory):
+    """Causality on pixels: read the wall-clock code of every frame of every request."""
+    ShownFrames.seen.clear()
+    cfg = compose_run(tiny, tmp_path, cache, [f"memory={memory}", "backbone=oracle",
+                                              "backbone._target_=runner_helpers.ShownFrames"])
+    recs = {r["key"]: r for r in records(run(cfg))}
+    writer_requests = {k: v for k, v in ShownFrames.seen.items() if v.instance is None}
+    for key, request in writer_requests.items():  # the summary writer sees only its completed session
+        assert {f.session for f in request.frames} <= {key.split("/", 1)[1].rsplit("/", 1)[0]}
+    probes = {k: v for k, v in ShownFrames.seen.items() if v.instance is not None}
+    assert set(probes) == set(recs)
+    shown_any = 0
+    for key, request in probes.items():
+        probe = request.instance.probe_time
+        codes = [_code(f) for f in request.frames]
+        assert None not in codes, key
+        assert max(codes) <= probe, f"{key}: frame of {clock.label(max(codes))} after probe {clock.label(probe)}"
+        assert codes == [f.wall_clock for f in request.frames]  # metadata tells the truth
+        assert [f["wall_clock"] for f in recs[key]["frames"]] == [clock.label(c) for c in codes]
+        allowed = set(request.instance.visible_sessions)
+        assert {f.session for f in request.frames} <= allowed
+        if memory == "none":  # exactly the 4 latest seconds (fewer only in a session's first seconds)
+            start = request.instance.probe_time - recs[key]["latency"]["prefix_s"]
+            assert codes == list(range(max(probe - 3, int(start)), probe + 1)), key
+        shown_any += len(codes)
+    assert shown_any > 0
+
+
+def test_raw_video_shows_all_prior_sessions_and_ea_only_two(tiny, cache, tmp_path):
+    ShownFrames.seen.clear()
+    cfg = compose_run(tiny, tmp_path, cache, ["memory=raw_video", "backbone._target_=runner_helpers.ShownFrames"])
+    run(cfg)
+    for key, request in ShownFrames.seen.items():
+        if request.instance is None:
+            continue
+        sessions = {f.session for f in request.frames}
+        assert sessions == set(request.instance.visible_sessions), key
+        if request.instance.task == "EA":
+            assert len(sessions - {request.instance.session}) <= 2
+
+
+def test_storage_is_the_bytes_on_disk(tiny, cache, tmp_path):
+    run_dir = run(compose_run(tiny, tmp_path, cache, ["memory=raw_video", "backbone=random"]))
+    mem = memory_records(run_dir)
+    last = {}
+    for m in mem:
+        last[m["trajectory_id"]] = m["bytes"]
+    for tid, size in last.items():
+        assert size == state_bytes(run_dir / "memory_state" / tid) > 100_000
+    per_session = {(m["trajectory_id"], m["session_index"]): m["bytes"] for m in mem}
+    for r in records(run_dir):
+        # an instance sees the state after the previous session of its trajectory
+        idx = next(m["session_index"] for m in mem if m["trajectory_id"] == r["trajectory_id"] and m["session_id"] == r["session_id"] and m["day_id"] == r["day_id"])
+        assert r["memory_bytes"] == per_session.get((r["trajectory_id"], idx - 1), 0)
+
+
+def test_restricted_memory_shrinks_to_two_sessions(tiny, cache, tmp_path):
+    run_dir = run(compose_run(tiny, tmp_path, cache, ["memory=restricted", "backbone=random"]))
+    for tid_dir in (run_dir / "memory_state").iterdir():
+        assert len(list(tid_dir.iterdir())) == 2
