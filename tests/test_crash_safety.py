@@ -1,0 +1,97 @@
+"""Kill test: apm-run killed with SIGKILL at random points and rerun ends with exactly the records of
+an uninterrupted run; torn lines are redone; errored instances are retried with rerun_errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from apm.runner.records import JsonlAppender, done_keys, read_jsonl
+from apm.synth import generate
+from runner_helpers import records
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
+
+
+def apm_run(tiny: Path, out: Path, cache: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={out}",
+         f"frames.cache_dir={cache}", "logging.wandb.mode=disabled", "logging.progress=false",
+         "memory=text_summary", "backbone=random", "concurrency=2",
+         "backbone._target_=slow_backbones.SlowRandom", *extra],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+
+
+def _lines(run_root: Path) -> int:
+    return sum(len(p.read_bytes().splitlines()) for p in run_root.rglob("records/*.jsonl"))
+
+
+def _comparable(rec: dict) -> tuple:
+    return (rec["key"], rec["output"], rec["decision"], rec["answer"], rec["gate_pass"], rec["correct"],
+            rec["prompt_sha256"], rec["memory_bytes"])
+
+
+def test_sigkill_at_random_points_loses_and_duplicates_nothing(tiny, tmp_path):
+    cache = tmp_path / "cache"
+    ref = apm_run(tiny, tmp_path / "ref", cache)
+    assert ref.wait(timeout=300) == 0, ref.stdout.read().decode()
+    (ref_dir,) = [p.parent for p in (tmp_path / "ref").rglob("records")]
+    expected = sorted(_comparable(r) for r in records(ref_dir))
+
+    out = tmp_path / "killed"
+    rng = random.Random(7)
+    kills = 0
+    for target in sorted(rng.sample(range(5, len(expected) - 5), 3)):
+        proc = apm_run(tiny, out, cache)
+        deadline = time.time() + 120
+        while proc.poll() is None and _lines(out) < target and time.time() < deadline:
+            time.sleep(0.02)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait(timeout=60)
+    final = apm_run(tiny, out, cache)
+    assert final.wait(timeout=300) == 0, final.stdout.read().decode()
+    assert kills >= 2
+    (run_dir,) = [p.parent for p in out.rglob("records")]
+    got = records(run_dir)
+    assert len({r["key"] for r in got}) == len(got), "duplicate records"
+    assert sorted(_comparable(r) for r in got) == expected
+    sessions = [(m["trajectory_id"], m["session_index"]) for p in (run_dir / "memory").glob("*.jsonl") for m in read_jsonl(p)]
+    assert len(sessions) == len(set(sessions)) == 12
+
+
+def test_torn_last_line_is_cut_and_redone(tmp_path):
+    path = tmp_path / "records" / "shard-0-of-1.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(b'{"key": "a", "error": null}\n{"key": "b", "err')
+    assert done_keys(path.parent) == {"a"}
+    w = JsonlAppender(path)
+    w.append({"key": "b", "error": None})
+    w.close()
+    assert [r["key"] for r in read_jsonl(path)] == ["a", "b"]
+
+
+def test_errors_are_retried_only_when_asked(tmp_path):
+    path = tmp_path / "shard.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"key": "a", "error": "timeout"}, {"key": "b", "error": None}, {"key": "c", "error": None},
+        {"key": "c", "error": "500"},
+    ]))
+    assert done_keys(tmp_path) == {"a", "b", "c"}
+    assert done_keys(tmp_path, rerun_errors=True) == {"b"}  # the last line of a key wins
