@@ -118,3 +118,25 @@ def test_restricted_memory_shrinks_to_two_sessions(tiny, cache, tmp_path):
     run_dir = run(compose_run(tiny, tmp_path, cache, ["memory=restricted", "backbone=random"]))
     for tid_dir in (run_dir / "memory_state").iterdir():
         assert len(list(tid_dir.iterdir())) == 2
+
+
+def test_records_validate_against_the_documented_schema(tiny, cache, tmp_path):
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    schemas = resources.files("apm.runner").joinpath("schemas")
+    record_schema = json.loads(schemas.joinpath("record.schema.json").read_text())
+    memory_schema = json.loads(schemas.joinpath("memory.schema.json").read_text())
+    for memory in ("text_summary", "none"):
+        run_dir = run(compose_run(tiny, tmp_path, cache, [f"memory={memory}", "backbone=random"]))
+        recs = records(run_dir)
+        for r in recs:
+            jsonschema.validate(r, record_schema)
+        for m in memory_records(run_dir):
+            jsonschema.validate(m, memory_schema)
+        assert {r["parse_status"] for r in recs} == {"ok"}
+    bad = dict(recs[0], task="XX")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, record_schema)
