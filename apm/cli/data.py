@@ -34,10 +34,10 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from apm.video.cache import build_release_cache, resolve_cache_dir
+    from apm.video.cache import build_release_cache, default_cache_dir
 
     release = load_release(args.root)
-    cache_dir = resolve_cache_dir(args.cache_dir)
+    cache_dir = default_cache_dir(args.cache_dir)
     build_release_cache(release, cache_dir, fps=args.fps, max_side=args.max_side, workers=args.workers)
     print(f"frame cache ready in {cache_dir}")
     return 0
