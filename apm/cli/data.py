@@ -38,9 +38,11 @@ def _cache(args: argparse.Namespace) -> int:
 
     release = load_release(args.root)
     cache_dir = default_cache_dir(args.cache_dir)
-    build_release_cache(release, cache_dir, fps=args.fps, max_side=args.max_side, workers=args.workers)
-    print(f"frame cache ready in {cache_dir}")
-    return 0
+    report = build_release_cache(release, cache_dir, fps=args.fps, max_side=args.max_side, workers=args.workers)
+    for failure in report.failed:
+        print(f"error: {failure}", file=sys.stderr)
+    print(f"frame cache in {cache_dir}: {len(report.ready)} videos ready, {len(report.failed)} failed")
+    return 1 if report.failed else 0
 
 
 def _overlay(args: argparse.Namespace) -> int:

@@ -1,0 +1,59 @@
+"""``apm-judge RUN_DIR… judge=<config> [overrides…]``: judge the records of finished runs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from apm.data.problems import ReleaseError
+from apm.judge.stage import JudgeStage
+from apm.runner.app import CONF_DIR
+
+
+def judge_backbone(overrides: list[str]):
+    """Instantiate the judge from the ``judge`` config group (e.g. ``judge=deepseek_v4_flash``)."""
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        cfg = compose("config", overrides=overrides)
+    if cfg.judge is None:
+        raise SystemExit("apm-judge: choose a judge, e.g. judge=deepseek_v4_flash")
+    return instantiate(cfg.judge, _convert_="all")
+
+
+async def _main(run_dirs: list[Path], overrides: list[str], concurrency: int, retries: int) -> int:
+    judge = judge_backbone(overrides)
+    stage = JudgeStage(judge, concurrency=concurrency, invalid_retries=retries)
+    await judge.start()
+    try:
+        stats = await stage.run(run_dirs)
+    finally:
+        await judge.close()
+    print(f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed (left out of scores, "
+          f"counted), {stats.cached} already judged, {stats.calls} model calls")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="apm-judge", description=__doc__)
+    p.add_argument("args", nargs="+", help="run directories, then Hydra overrides such as judge=deepseek_v4_flash")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--invalid-retries", type=int, default=2)
+    ns = p.parse_args(argv)
+    overrides = [a for a in ns.args if "=" in a]
+    run_dirs = [Path(a) for a in ns.args if "=" not in a]
+    missing = [d for d in run_dirs if not (d / "config.json").exists()]
+    if not run_dirs or missing:
+        p.error(f"not run directories (no config.json): {', '.join(map(str, missing)) or '(none given)'}")
+    try:
+        return asyncio.run(_main(run_dirs, overrides, ns.concurrency, ns.invalid_retries))
+    except ReleaseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

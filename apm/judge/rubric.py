@@ -1,0 +1,108 @@
+"""The Appendix A.3 rubric: the judge prompt for one probe and the strict check of its reply."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+RUBRIC_VERSION = "a3/v1"
+"""Changes whenever the rubric, the guidance or the judge prompt layout changes: cached judgements
+of another version are not reused."""
+
+CRITERIA: dict[str, tuple[str, ...]] = {
+    "task_fidelity": ("pass", "partial", "fail"),
+    "historical_or_registration_grounding": ("pass", "partial", "fail", "not_applicable"),
+    "current_trigger_or_silence_grounding": ("pass", "partial", "fail"),
+    "factual_support": ("pass", "partial", "fail"),
+    "usefulness": ("pass", "partial", "fail", "not_applicable"),
+}
+REPLY_KEYS = {"score", "criterion_checks", "critical_issues", "justification"}
+
+REFERENCE_FIELDS = {
+    "ERA": ("question", "choices", "correct_option_id", "answer_evidence_moments", "ideal_response_window"),
+    "RCR": ("registration_event", "ideal_response_window"),
+    "MPA": ("evidence_moments", "response_window_rationale", "reference_proactive_response", "ideal_response_window"),
+    "PRM": ("registration_event", "trigger_match_reason", "reference_proactive_response", "ideal_response_window"),
+    "TPG": ("evidence_moments", "memory_relevance"),
+}
+"""Annotation fields given to the judge for every probe of a task (plus the probe's own fields)."""
+
+
+@cache
+def _text(name: str) -> str:
+    return resources.files("apm.judge").joinpath("templates", name).read_text(encoding="utf-8").strip()
+
+
+def rubric() -> str:
+    return _text("rubric.txt")
+
+
+def guidance(task: str) -> str:
+    """The task's line of the task-specific guidance field."""
+    for line in _text("guidance.txt").splitlines():
+        if line.startswith(f"{task}:"):
+            return line
+    raise KeyError(task)
+
+
+def probe_reference(fields: dict[str, Any], task: str, probe_id: str) -> dict[str, Any]:
+    """The reference annotations of one probe: the task's fields and the probe's own entry."""
+    ref = {k: fields[k] for k in REFERENCE_FIELDS[task] if k in fields}
+    index = int(probe_id.lstrip("posneg") or 0)
+    if probe_id.startswith("neg"):
+        key = "negative_heartbeats" if task in ("ERA", "RCR") else "negative_or_silence_windows"
+        ref["this_probe"] = fields[key][index]
+    elif task in ("ERA", "RCR"):
+        ref["this_probe"] = fields["positive_heartbeat"]
+    elif task == "TPG":
+        ref["this_probe"] = fields["ideal_response_windows"][index]
+    return ref
+
+
+def judge_prompt(task: str, polarity: str, probe_time: str, reference: dict[str, Any], output: str) -> str:
+    """The user message to the judge: rubric, the task's guidance, cutoff, references, response."""
+    expected = "INTERVENE" if polarity == "positive" else "SILENT"
+    return "\n\n".join([
+        rubric(),
+        f"Task-specific guidance field:\n\n{guidance(task)}",
+        f"Task: {task}. Probe polarity: {polarity} (the correct decision, already checked: {expected}).",
+        f"Causal cutoff: {probe_time}",
+        "Reference annotations:\n\n" + json.dumps(reference, ensure_ascii=False, indent=1),
+        f"Model response:\n\n{output}",
+    ])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    score: int
+    criterion_checks: dict[str, str]
+    critical_issues: list[str]
+    justification: str
+
+
+def check_reply(text: str) -> Verdict:
+    """The reply as exactly the rubric's JSON; raise ``ValueError`` saying what is wrong otherwise."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e.msg}") from e
+    if not isinstance(obj, dict) or set(obj) != REPLY_KEYS:
+        raise ValueError(f"keys must be exactly {sorted(REPLY_KEYS)}")
+    score = obj["score"]
+    if type(score) is not int or not 1 <= score <= 5:
+        raise ValueError(f"score must be an integer 1-5, got {score!r}")
+    checks = obj["criterion_checks"]
+    if not isinstance(checks, dict) or set(checks) != set(CRITERIA):
+        raise ValueError(f"criterion_checks must have exactly {sorted(CRITERIA)}")
+    for name, allowed in CRITERIA.items():
+        if checks[name] not in allowed:
+            raise ValueError(f"criterion_checks.{name}: {checks[name]!r} is not one of {'|'.join(allowed)}")
+    issues = obj["critical_issues"]
+    if not isinstance(issues, list) or not all(isinstance(i, str) for i in issues):
+        raise ValueError("critical_issues must be a list of strings")
+    if not isinstance(obj["justification"], str):
+        raise ValueError("justification must be a string")
+    return Verdict(score, checks, issues, obj["justification"])

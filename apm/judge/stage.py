@@ -1,0 +1,133 @@
+"""Judge the gate-passing adaptive records of run directories; write ``judgements/*.jsonl``.
+
+Records are never rewritten. A judgement is cached by (judge model, rubric version, instance key,
+response digest): what is on record for that cache key — ok or failed — is not asked again, so a
+second run makes no model call and a rubric or response change re-judges. An invalid reply is
+retried up to ``invalid_retries`` times; a judgement that still fails is written with
+``status: failed`` and ``score: null`` (missing, never 0). Transport retries are the backbone's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from apm.backbones.base import GenerationSettings, Message, Request
+from apm.data.release import load_release
+from apm.data.tasks import ADAPTIVE
+from apm.judge.rubric import RUBRIC_VERSION, check_reply, judge_prompt, probe_reference
+from apm.runner.records import JsonlAppender, read_folder
+
+JUDGE_SYSTEM = "You are an impartial evaluator. Reply with exactly one JSON object."
+
+
+def response_digest(output: str) -> str:
+    return hashlib.sha256(output.encode()).hexdigest()
+
+
+def cache_key(judge: str, key: str, output: str) -> str:
+    """Identity of a judgement: judge model, rubric version, instance key, response digest."""
+    return hashlib.sha256(json.dumps([judge, RUBRIC_VERSION, key, response_digest(output)]).encode()).hexdigest()
+
+
+def latest_records(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The last record of each key in a run directory."""
+    return {r["key"]: r for r in read_folder(run_dir / "records")}
+
+
+def needs_judge(rec: dict[str, Any]) -> bool:
+    """Only gate-passing adaptive probes get a judge score; everything else is decided by the gate."""
+    return rec["task"] in ADAPTIVE and rec["error"] is None and rec["gate_pass"] is True
+
+
+@dataclass
+class JudgeStats:
+    judged: int = 0
+    cached: int = 0
+    failed: int = 0
+    calls: int = 0
+    by_run: dict[str, int] = field(default_factory=dict)
+
+
+class JudgeStage:
+    """Judges run directories with one judge backbone."""
+
+    def __init__(self, judge: Any, concurrency: int = 8, invalid_retries: int = 2, max_tokens: int = 512):
+        self.judge = judge
+        self.concurrency = concurrency
+        self.invalid_retries = invalid_retries
+        self.settings = GenerationSettings(max_tokens=max_tokens, temperature=0.0, json_output=True)
+        self.stats = JudgeStats()
+
+    async def run(self, run_dirs: list[Path]) -> JudgeStats:
+        sem = asyncio.Semaphore(self.concurrency)
+        for run_dir in run_dirs:
+            await self._run_dir(run_dir, sem)
+        return self.stats
+
+    async def _run_dir(self, run_dir: Path, sem: asyncio.Semaphore) -> None:
+        config = json.loads((run_dir / "config.json").read_text())["config"]
+        release = load_release(config["dataset"]["root"], check_videos=False)
+        candidates = {(c.trajectory_id, c.candidate_id): c for c in release.candidates}
+        done = {j["cache_key"] for j in read_folder(run_dir / "judgements")}
+        todo = [r for r in latest_records(run_dir).values() if needs_judge(r)]
+        fresh = [r for r in todo if cache_key(self.judge.name, r["key"], r["output"]) not in done]
+        self.stats.cached += len(todo) - len(fresh)
+        out = JsonlAppender(run_dir / "judgements" / f"{_slug(self.judge.name)}.jsonl")
+        try:
+            async def one(rec: dict[str, Any]) -> None:
+                async with sem:
+                    cand = candidates[(rec["trajectory_id"], rec["candidate_id"])]
+                    judgement = await self._judge(rec, cand.fields)
+                out.append(judgement)
+            await asyncio.gather(*(one(r) for r in fresh))
+        finally:
+            out.close()
+        self.stats.by_run[str(run_dir)] = len(fresh)
+
+    async def _judge(self, rec: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+        prompt = judge_prompt(rec["task"], rec["polarity"], rec["probe_time"],
+                              probe_reference(fields, rec["task"], rec["probe_id"]), rec["output"])
+        request = Request((Message.text("system", JUDGE_SYSTEM), Message.text("user", prompt)),
+                          self.settings, request_id=f"judge:{rec['key']}")
+        errors: list[str] = []
+        began = time.perf_counter()
+        verdict = None
+        for _ in range(1 + self.invalid_retries):
+            self.stats.calls += 1
+            response = await self.judge.generate(request)
+            if not response.ok:
+                errors.append(f"backbone: {response.error}")
+                break
+            try:
+                verdict = check_reply(response.text)
+                break
+            except ValueError as e:
+                errors.append(f"invalid reply: {e}")
+        self.stats.judged += verdict is not None
+        self.stats.failed += verdict is None
+        return {
+            "key": rec["key"],
+            "run": rec["run"],
+            "judge": self.judge.name,
+            "rubric_version": RUBRIC_VERSION,
+            "response_sha256": response_digest(rec["output"]),
+            "cache_key": cache_key(self.judge.name, rec["key"], rec["output"]),
+            "status": "ok" if verdict else "failed",
+            "score": verdict.score if verdict else None,
+            "criterion_checks": verdict.criterion_checks if verdict else None,
+            "critical_issues": verdict.critical_issues if verdict else None,
+            "justification": verdict.justification if verdict else None,
+            "error": None if verdict else "; ".join(errors),
+            "attempts": len(errors) + (verdict is not None),
+            "judge_s": time.perf_counter() - began,
+        }
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-").lower()

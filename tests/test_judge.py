@@ -1,0 +1,114 @@
+"""apm-judge: strict rubric JSON, retries of invalid replies, failed = missing, and the cache."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from apm.judge.cli import judge_backbone
+from apm.judge.rubric import check_reply, guidance, rubric
+from apm.judge.stage import JudgeStage
+from apm.runner.records import read_folder
+from apm.synth import generate
+from runner_helpers import compose_run, records, run
+
+GOOD = json.dumps({
+    "score": 4,
+    "criterion_checks": {"task_fidelity": "pass", "historical_or_registration_grounding": "not_applicable",
+                         "current_trigger_or_silence_grounding": "pass", "factual_support": "partial",
+                         "usefulness": "pass"},
+    "critical_issues": [],
+    "justification": "Grounded in the registration.",
+})
+SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec" / "apm-bench-paper.md"
+
+
+@pytest.fixture(scope="module")
+def oracle_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("judge")
+    tiny = generate(tmp / "tiny", seed=3, scale="tiny")
+    return run(compose_run(tiny, tmp / "runs", tmp / "cache", ["memory=none", "backbone=oracle",
+                                                               "dataset.tasks=[ERA,RCR,MPA,PRM,TPG,ER]"]))
+
+
+def fake_judge(reply: str, monkeypatch):
+    proc = subprocess.Popen([sys.executable, "-m", "apm.backbones.fake_server", "--port", "0", "--reply", reply],
+                            stdout=subprocess.PIPE, text=True)
+    port = int(proc.stdout.readline().split()[1])
+    monkeypatch.setenv("APM_JUDGE_KEY", "k")
+    judge = judge_backbone(["judge=deepseek_v4_flash", f"judge.base_url=http://127.0.0.1:{port}/v1",
+                            "judge.api_key_env=APM_JUDGE_KEY", "judge.max_attempts=1"])
+    return proc, judge
+
+
+def judge_once(judge, run_dir: Path, retries: int = 2):
+    async def go():
+        await judge.start()
+        try:
+            return await JudgeStage(judge, concurrency=4, invalid_retries=retries).run([run_dir])
+        finally:
+            await judge.close()
+    return asyncio.run(go())
+
+
+def test_valid_judgements_are_cached_and_a_second_run_makes_no_call(oracle_run, monkeypatch):
+    proc, judge = fake_judge(GOOD, monkeypatch)
+    try:
+        gated = [r for r in records(oracle_run) if r["family"] == "adaptive"]
+        first = judge_once(judge, oracle_run)
+        assert first.judged == len(gated) > 0 and first.calls == len(gated) and first.failed == 0
+        second = judge_once(judge, oracle_run)
+        assert second.calls == 0 and second.cached == len(gated)
+    finally:
+        proc.terminate()
+    judged = list(read_folder(oracle_run / "judgements"))
+    assert {j["key"] for j in judged} == {r["key"] for r in gated}
+    assert all(j["status"] == "ok" and j["score"] == 4 for j in judged)
+    assert all(j["judge"] == "DeepSeek-V4-Flash" and j["rubric_version"] == "a3/v1" for j in judged)
+
+
+def test_invalid_replies_are_retried_then_recorded_as_failed(oracle_run, monkeypatch, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(oracle_run, run_dir, ignore=shutil.ignore_patterns("judgements"))
+    proc, judge = fake_judge('{"score": 6, "justification": "too high"}', monkeypatch)
+    try:
+        stats = judge_once(judge, run_dir, retries=2)
+    finally:
+        proc.terminate()
+    n = len([r for r in records(run_dir) if r["family"] == "adaptive"])
+    assert stats.failed == n and stats.calls == 3 * n and stats.judged == 0
+    for j in read_folder(run_dir / "judgements"):
+        assert j["status"] == "failed" and j["score"] is None  # missing, never 0
+        assert j["error"].count("invalid reply") == 3
+
+
+@pytest.mark.parametrize("reply,message", [
+    ("not json", "not JSON"),
+    (GOOD.replace('"score": 4', '"score": 4.0'), "integer 1-5"),
+    (GOOD.replace('"pass"', '"pass|partial|fail"', 1), "task_fidelity"),
+    (GOOD.replace('"critical_issues": [], ', ''), "keys must be exactly"),
+    (json.dumps({**json.loads(GOOD), "extra": 1}), "keys must be exactly"),
+])
+def test_reply_must_be_exactly_the_rubric_json(reply, message):
+    with pytest.raises(ValueError, match=message):
+        check_reply(reply)
+    assert check_reply(GOOD).score == 4
+
+
+def test_rubric_and_guidance_are_appendix_a3_verbatim():
+    if not SPEC.exists():
+        pytest.skip(f"the paper's text is not beside this checkout ({SPEC})")
+    import re
+
+    squash = lambda t: re.sub(r"\s+", "", t)
+    spec = squash(SPEC.read_text())
+    assert squash(rubric()) in spec
+    for task in ("ERA", "RCR", "MPA", "PRM", "TPG"):
+        assert squash(guidance(task)) in spec
