@@ -112,3 +112,14 @@ def test_rubric_and_guidance_are_appendix_a3_verbatim():
     assert squash(rubric()) in spec
     for task in ("ERA", "RCR", "MPA", "PRM", "TPG"):
         assert squash(guidance(task)) in spec
+
+
+def test_gate_only_reference_judge_scores_every_gate_pass_5(oracle_run, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(oracle_run, run_dir, ignore=shutil.ignore_patterns("judgements"))
+    stats = judge_once(judge_backbone(["judge=gate_only"]), run_dir)
+    judged = list(read_folder(run_dir / "judgements"))
+    assert stats.judged == len(judged) > 0 and {j["score"] for j in judged} == {5}
+    assert {j["judge"] for j in judged} == {"Gate-only reference judge (no LLM)"}

@@ -1,0 +1,72 @@
+"""Harness cost per instance: apm-run on the `small` synthetic release with a zero-latency backbone.
+
+The backbone (``random``, seeded by the instance key) answers instantly, so everything measured is the harness: memory
+preparation, causal frame selection from the (pre-built) frame cache, prompt assembly, parsing,
+record writing. Prints a Markdown table for docs/performance.md.
+
+    .venv/bin/python bench/bench_runner.py [--scale small] [--max-frames 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from apm.runner.app import CONF_DIR, run_async, run_dir_of
+from apm.synth import generate
+from apm.video.cache import build_release_cache
+from apm.data.release import load_release
+
+
+def cpu_model() -> str:
+    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    return next((l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name")), platform.processor())
+
+
+def bench(memory: str, root: Path, out: Path, cache: Path, max_frames: int) -> dict:
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        cfg = compose("config", overrides=[
+            f"dataset.root={root}", f"output_root={out}", f"frames.cache_dir={cache}", f"memory={memory}",
+            "backbone=random", f"backbone.max_frames={max_frames}", "logging.wandb.mode=disabled",
+            "logging.progress=false", "concurrency=8",
+        ])
+    began = time.perf_counter()
+    stats = asyncio.run(run_async(cfg))
+    wall = time.perf_counter() - began
+    recs = [json.loads(l) for p in (run_dir_of(cfg) / "records").glob("*.jsonl") for l in p.read_text().splitlines()]
+    prep = [r["latency"]["prep_s"] for r in recs]
+    frames = [len(r["frames"]) for r in recs]
+    return {"memory": memory, "instances": stats.total, "wall_s": wall, "per_instance_ms": 1000 * wall / stats.total,
+            "prep_ms_median": 1000 * statistics.median(prep), "prep_ms_p95": 1000 * sorted(prep)[int(0.95 * len(prep))],
+            "frames_mean": statistics.mean(frames)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--scale", default="small")
+    p.add_argument("--max-frames", type=int, default=1024)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        root = generate(tmp / "release", seed=0, scale=args.scale)
+        build_release_cache(load_release(root), tmp / "cache", progress=False)
+        rows = [bench(m, root, tmp / "runs", tmp / "cache", args.max_frames) for m in ("none", "raw_video", "text_summary")]
+    print(f"machine: {cpu_model()}, {platform.python_version()}")
+    print("| memory | instances | wall (s) | per instance (ms) | prep median (ms) | prep p95 (ms) | frames/instance |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['memory']} | {r['instances']} | {r['wall_s']:.2f} | {r['per_instance_ms']:.1f} | "
+              f"{r['prep_ms_median']:.1f} | {r['prep_ms_p95']:.1f} | {r['frames_mean']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
