@@ -41,8 +41,8 @@ class ShownFrames(Oracle):
 
     seen: dict[str, Any] = {}
 
-    def __init__(self, name: str = "Shown Frames Probe", **kwargs):
-        super().__init__(name=name)
+    def __init__(self, name: str = "Shown Frames Probe", max_frames: int | None = None):
+        super().__init__(name=name, max_frames=max_frames)
 
     async def generate(self, request):
         ShownFrames.seen[request.request_id] = request

@@ -61,7 +61,7 @@ def test_always_silent_passes_exactly_the_negative_gates(tiny, cache, tmp_path, 
 def test_no_frame_shows_a_moment_after_the_probe(tiny, cache, tmp_path, memory):
     """Causality on pixels: read the wall-clock code of every frame of every request."""
     ShownFrames.seen.clear()
-    cfg = compose_run(tiny, tmp_path, cache, [f"memory={memory}", "backbone=oracle",
+    cfg = compose_run(tiny, tmp_path, cache, [f"memory={memory}", "backbone=oracle", "backbone.max_frames=64",
                                               "backbone._target_=runner_helpers.ShownFrames"])
     recs = {r["key"]: r for r in records(run(cfg))}
     writer_requests = {k: v for k, v in ShownFrames.seen.items() if v.instance is None}
@@ -88,7 +88,8 @@ def test_no_frame_shows_a_moment_after_the_probe(tiny, cache, tmp_path, memory):
 
 def test_raw_video_shows_all_prior_sessions_and_ea_only_two(tiny, cache, tmp_path):
     ShownFrames.seen.clear()
-    cfg = compose_run(tiny, tmp_path, cache, ["memory=raw_video", "backbone._target_=runner_helpers.ShownFrames"])
+    cfg = compose_run(tiny, tmp_path, cache, ["memory=raw_video", "backbone=oracle", "backbone.max_frames=1024",
+                                              "backbone._target_=runner_helpers.ShownFrames"])
     run(cfg)
     for key, request in ShownFrames.seen.items():
         if request.instance is None:

@@ -47,6 +47,16 @@ def _instantiate(node: Any) -> Any:
     return instantiate(node, _convert_="all") if node is not None else None
 
 
+PAPER_MAX_FRAMES = 1024
+"""Section 4.1: Qwen-series and API models sample up to 1,024 frames."""
+
+
+def frame_budget(backbone: Any) -> int:
+    """Frames per instance: the backbone's ``max_frames`` (0: it needs none), else the paper's 1,024."""
+    cap = getattr(backbone, "max_frames", None)
+    return PAPER_MAX_FRAMES if cap is None else int(cap)
+
+
 def save_config(cfg: DictConfig, run_dir: Path) -> None:
     """The resolved config and its hash, next to the records (interpolations resolved)."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -76,7 +86,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
         backbone=backbone,
         writer=writer,
         cache=FrameCache(cfg.frames.cache_dir, cfg.frames.fps, cfg.frames.max_side, cfg.frames.jpeg_quality),
-        max_frames=int(cfg.backbone.get("max_frames") or 0) or 1024,
+        max_frames=frame_budget(backbone),
         settings=GenerationSettings(cfg.generation.max_tokens, cfg.generation.temperature, cfg.generation.seed),
         concurrency=cfg.concurrency,
         shard_label=f"shard-{cfg.shard.index}-of-{cfg.shard.count}",

@@ -37,8 +37,13 @@ def _session_header(trajectory: Trajectory, key: str, what: str) -> TextPart:
 
 
 def choose_frames(cache: FrameCache, trajectory: Trajectory, instance: Instance, history: History, max_frames: int) -> list[Frame]:
-    """History spans plus the current prefix, sampled uniformly to ``max_frames`` (or the latest N)."""
+    """History spans plus the current prefix, sampled uniformly to ``max_frames`` (or the latest N).
+
+    ``max_frames`` 0 means the backbone takes no frames (the reference baselines).
+    """
     spans = list(history.spans) + prefix_spans(trajectory, instance)
+    if max_frames <= 0:
+        return []
     if history.current == "recent":
         return select_frames(cache, trajectory, instance, spans, recent=history.recent_frames)
     return select_frames(cache, trajectory, instance, spans, max_frames=max_frames)

@@ -150,6 +150,12 @@ def _prompt_version() -> str:
     return PROMPT_VERSION
 
 
+def frame_cap(backbone: Any) -> int:
+    """The most frames ``backbone`` takes per request (no cap: a very large number)."""
+    cap = getattr(backbone, "max_frames", None)
+    return 1 << 30 if cap is None else int(cap)
+
+
 def _prebuild(cache: FrameCache, traj: Trajectory) -> None:
     """Decode the trajectory's sessions before any instance is timed (RTF excludes decoding)."""
     for session in traj.sessions:
@@ -210,7 +216,8 @@ class OnlineRun:
 
     async def _end_session(self, traj: Trajectory, session: Session, state_dir: Path, prior_seconds: int) -> int:
         s = self.setup
-        frames = await asyncio.to_thread(session_frames, s.cache, session, s.protocol.session_frames)
+        limit = min(s.protocol.session_frames, frame_cap(s.writer))
+        frames = await asyncio.to_thread(session_frames, s.cache, session, limit)
         view = SessionView(traj, session, session_interactions(s.release, traj, session), frames)
         began = time.perf_counter()
         facts = await s.protocol.end_session(view, state_dir, s.writer)
