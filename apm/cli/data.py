@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     except ReleaseError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except FileExistsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ STRIP_FRACTION = 0.1
 _DARK, _LIGHT = 80.0, 175.0
 """A cell reads as 0 below ``_DARK`` and 1 above ``_LIGHT``; anything between fails the read."""
 _CRC_POLY = 0x07
+_CRC_XOR = 0xA5
+"""Applied to the CRC so that all-black or all-white strips never pass the check."""
 
 assert ROWS * COLS == DATA_BITS + CHECK_BITS
 
@@ -29,13 +31,13 @@ def strip_top(height: int) -> int:
 
 
 def _crc8(value: int) -> int:
-    """CRC-8 (polynomial 0x07) of the three data bytes of ``value``, most significant first."""
+    """CRC-8 (polynomial 0x07, output XOR 0xA5) of the data bytes of ``value``, most significant first."""
     crc = 0
     for byte in value.to_bytes(DATA_BITS // 8, "big"):
         crc ^= byte
         for _ in range(8):
             crc = ((crc << 1) ^ _CRC_POLY) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
-    return crc
+    return crc ^ _CRC_XOR
 
 
 def _bits(abs_second: int) -> list[int]:

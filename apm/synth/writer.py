@@ -1,0 +1,119 @@
+"""Write a synthetic release: videos, trajectories, candidates, EA candidates and the world script.
+
+The release is built in a hidden sibling directory and renamed into place at the end, so an
+interrupted run never leaves a half-written release at ``out``. Everything is a function of the
+seed: the same seed gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+from pathlib import Path
+
+from apm.data import clock
+from apm.synth.candidates import MinedTrajectory, mine
+from apm.synth.render import add_motion, render_state
+from apm.synth.world import (
+    ACTIONS, OBJECT_COLOURS, SCALES, Scale, SessionWorld, TrajectoryWorld, make_trajectory, session_json,
+)
+from apm.video.encode import H264Writer
+
+log = logging.getLogger(__name__)
+MAX_ATTEMPTS = 200
+"""Worlds drawn per trajectory before giving up on one that yields every task."""
+
+
+def _trajectory(seed: int, index: int, scale: Scale) -> tuple[TrajectoryWorld, MinedTrajectory]:
+    """The first world (for this seed and index) whose annotations cover every task and EA split."""
+    tid = f"syn{index + 1:03d}"
+    for attempt in range(MAX_ATTEMPTS):
+        rng = random.Random(f"apm-synth:{seed}:{index}:{attempt}")
+        world = make_trajectory(tid, scale, rng)
+        mined = mine(world, scale.per_task, rng)
+        if mined is not None:
+            return world, mined
+    raise RuntimeError(f"no world for trajectory {tid} covers every task after {MAX_ATTEMPTS} attempts")
+
+
+def write_session_video(path: Path, world: TrajectoryWorld, session: SessionWorld, scale: Scale) -> None:
+    """Encode one session, frame by frame: each second rendered once, its frames differing by motion."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with H264Writer(path, scale.width, scale.height, scale.fps) as writer:
+        for t, state in enumerate(session.states):
+            base = render_state(state, session.start + t, world.objects, scale.width, scale.height)
+            for k in range(scale.fps):
+                writer.write(add_motion(base, t * scale.fps + k))
+
+
+def _trajectory_json(world: TrajectoryWorld, index: int) -> dict:
+    """The ``trajectories.json`` entry of a trajectory."""
+    return {
+        "trajectory_id": world.trajectory_id,
+        "source": "synthetic",
+        "title": f"Synthetic kitchen {index + 1}: {', '.join(world.objects)}",
+        "sessions": [
+            {
+                "day_id": s.day_id,
+                "session_id": s.session_id,
+                "start_time": clock.split(s.start)[1],
+                "end_time": clock.split(s.end)[1],
+                "video": f"videos/{world.trajectory_id}/{s.video_name()}",
+            }
+            for s in world.sessions
+        ],
+    }
+
+
+def _jsonl(path: Path, rows: list[dict]) -> None:
+    """Write one JSON object per line."""
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+def _write_release(root: Path, seed: int, scale: Scale, n_trajectories: int) -> None:
+    """Write every file of the release under ``root``, one trajectory (and video) at a time."""
+    trajectories, candidates, ea_candidates, worlds, proofs = [], [], [], [], {}
+    for index in range(n_trajectories):
+        world, mined = _trajectory(seed, index, scale)
+        for session in world.sessions:
+            log.info("synth: %s %s/%s", world.trajectory_id, session.day_id, session.session_id)
+            write_session_video(root / "videos" / world.trajectory_id / session.video_name(), world, session, scale)
+        trajectories.append(_trajectory_json(world, index))
+        candidates += mined.candidates
+        ea_candidates += mined.ea_candidates
+        proofs.update(mined.proofs)
+        worlds.append({"trajectory_id": world.trajectory_id, "objects": world.objects,
+                       "sessions": [session_json(s) for s in world.sessions]})
+    (root / "trajectories.json").write_text(json.dumps(trajectories, indent=2) + "\n", encoding="utf-8")
+    _jsonl(root / "candidates.jsonl", candidates)
+    _jsonl(root / "ea_candidates.jsonl", ea_candidates)
+    world_json = {"seed": seed, "scale": scale.name, "width": scale.width, "height": scale.height, "fps": scale.fps,
+                  "object_colours": OBJECT_COLOURS, "action_colours": ACTIONS, "trajectories": worlds, "proofs": proofs}
+    (root / "synth_world.json").write_text(json.dumps(world_json) + "\n", encoding="utf-8")
+
+
+def generate(out: Path, seed: int, scale: str, limit_trajectories: int | None = None) -> Path:
+    """Write a synthetic release of ``scale`` (tiny, small, paper) to the new or empty directory ``out``."""
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"refusing to overwrite non-empty {out}")
+    config = SCALES[scale]
+    n = config.trajectories if limit_trajectories is None else max(0, min(limit_trajectories, config.trajectories))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    try:
+        _write_release(partial, seed, config, n)
+        if out.exists():
+            out.rmdir()
+        partial.rename(out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return out
