@@ -7,13 +7,17 @@ config concatenate and, for duplicate keys, the line read last wins.
 
 from __future__ import annotations
 
+import hashlib
 import warnings
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pandas as pd
+
+from apm.data.tasks import ADAPTIVE
 
 METHOD = ["dataset", "memory", "backbone"]
 """Columns naming a method (a config); every score is per method."""
@@ -37,6 +41,13 @@ def _nested(outer: str, inner: str) -> Callable[[Row], Any]:
     return lambda r: (r.get(outer) or {}).get(inner)
 
 
+def _response_digest(r: Row) -> str | None:
+    """SHA-256 of the output of a record the judge stage judges (gate-passing adaptive), else None."""
+    judged = r.get("gate_pass") is True and r.get("task") in ADAPTIVE and r.get("error") is None
+    output = r.get("output")
+    return hashlib.sha256(output.encode()).hexdigest() if judged and isinstance(output, str) else None
+
+
 _RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in _RUN]
 
 RECORD_FIELDS: list[Field] = _RUN_FIELDS + [
@@ -49,8 +60,9 @@ RECORD_FIELDS: list[Field] = _RUN_FIELDS + [
     ("ttft_s", _nested("latency", "ttft_s")),
     ("total_s", _nested("latency", "total_s")),
     ("rtf", _nested("latency", "rtf")),
+    ("response_sha256", _response_digest),
 ]
-"""What scoring needs from a record."""
+"""What scoring needs from a record (``response_sha256`` is computed, for judged records only)."""
 
 DETAIL_FIELDS: list[Field] = [
     (c, _get(c))
@@ -67,7 +79,7 @@ DETAIL_FIELDS: list[Field] = [
 """What a person drilling into instances also wants (the notebook)."""
 
 JUDGEMENT_FIELDS: list[Field] = _RUN_FIELDS + [
-    (c, _get(c)) for c in ("key", "judge", "rubric_version", "status", "score")
+    (c, _get(c)) for c in ("key", "judge", "rubric_version", "response_sha256", "status", "score")
 ]
 MEMORY_FIELDS: list[Field] = _RUN_FIELDS + [
     (c, _get(c)) for c in ("trajectory_id", "session_index", "bytes", "prior_hours", "update_s")
@@ -136,10 +148,19 @@ def load_records(paths: Iterable[str | Path], detail: bool = False) -> pd.DataFr
 
 
 def load_judgements(
-    paths: Iterable[str | Path], judge: str | None = None, rubric_version: str | None = None
+    paths: Iterable[str | Path],
+    judge: str | None = None,
+    rubric_version: str | None = None,
+    records: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One judgement per (config_hash, key): the last one by ``judge``/``rubric_version``, else the last."""
+    """One judgement per (config_hash, key): the last one by ``judge``/``rubric_version``, else the last.
+
+    Given ``records``, a judgement of another response than the record's current output (a stale
+    one, after a rerun) is dropped first.
+    """
     df = _read(paths, "judgements", JUDGEMENT_FIELDS)
+    if records is not None:
+        df = df[_current(df, records)]
     wanted = pd.Series(True, index=df.index)
     if judge is not None:
         wanted &= df["judge"].astype("str") == judge
@@ -150,8 +171,37 @@ def load_judgements(
     return last.sort_index().reset_index(drop=True)
 
 
+def _current(judgements: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
+    """Which judgements judged the response now on record (true where either digest is unknown)."""
+    ids = ["config_hash", "key"]
+    now = records.loc[:, ids + ["response_sha256"]].astype({"config_hash": "str"})
+    seen = judgements.loc[:, ids + ["response_sha256"]].astype({"config_hash": "str"})
+    joined = seen.merge(now, how="left", on=ids, suffixes=("", "_now"), validate="many_to_one")
+    judged, current = joined["response_sha256"], joined["response_sha256_now"]
+    keep = judged.isna() | current.isna() | (judged == current)
+    return pd.Series(keep.to_numpy(dtype=bool), index=judgements.index)
+
+
 def load_memory(paths: Iterable[str | Path]) -> pd.DataFrame:
     """Per-session persistent-state lines; the last per (config_hash, trajectory, session) wins."""
     df = _read(paths, "memory", MEMORY_FIELDS)
     keys = ["config_hash", "trajectory_id", "session_index"]
     return df.drop_duplicates(keys, keep="last").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class RunSet:
+    """Everything one reduction reads: records, the selected judgements and memory lines."""
+
+    records: pd.DataFrame
+    judgements: pd.DataFrame
+    memory: pd.DataFrame
+
+
+def load_runs(
+    paths: Iterable[str | Path], judge: str | None = None, rubric_version: str | None = None, detail: bool = False
+) -> RunSet:
+    """Records, judgements (selected as in :func:`load_judgements`) and memory lines under ``paths``."""
+    paths = list(paths)
+    records = load_records(paths, detail)
+    return RunSet(records, load_judgements(paths, judge, rubric_version, records), load_memory(paths))

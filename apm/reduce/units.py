@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from apm.data.tasks import ADAPTIVE, EA, EA_UNAVAILABLE_OPTION, MCQA_TASKS
+from apm.data.tasks import ADAPTIVE, EA, MCQA_TASKS
 from apm.reduce.load import METHOD
 
 UNIT = METHOD + ["task", "trajectory_id", "candidate_id"]
@@ -28,7 +28,10 @@ SUMMED = [
 STATS = SUMMED + ["score", "scored", "rq", "rq_has", "orig_ok", "orig_n"]
 """All unit columns; ``score``/``rq`` are the candidate's 0–100 task score and response quality."""
 
-EA_ORIGINAL_MEMORY: Mapping[str, str] = {"restricted": "raw_video"}
+ALL = "all"
+"""The ``task`` label of metrics pooled over every instance (or trajectory) of a method."""
+
+EA_ORIGINAL_MEMORY: Mapping[str, str] = {"Restricted Memory (last 2 sessions)": "Raw Video as Memory", "restricted": "raw_video"}
 """EA runs under this memory take their originals from runs under that one (see docs/scores.md)."""
 
 
@@ -124,21 +127,23 @@ def original_correct(records: pd.DataFrame) -> pd.DataFrame:
     """
     ok = records[records["error"].isna()]
     ea = ok[(ok["task"].astype("str") == EA) & ok["original_candidate_id"].notna()]
-    source = ok[ok["task"].astype("str").isin(MCQA_TASKS)]
-    join = ["memory", "backbone", "trajectory_id", "candidate_id"]
-    originals = source.assign(**{c: source[c].astype("str") for c in join}, orig_ok=_flag(source["correct"]))
-    originals = originals.groupby(join, sort=False)["orig_ok"].mean().reset_index()
+    mcqa = ok[ok["task"].astype("str").isin(MCQA_TASKS)]
+    join = ["j_memory", "j_backbone", "j_trajectory", "j_candidate"]
+    originals = pd.DataFrame({
+        "j_memory": mcqa["memory"].astype("str"),
+        "j_backbone": mcqa["backbone"].astype("str"),
+        "j_trajectory": mcqa["trajectory_id"].astype("str"),
+        "j_candidate": mcqa["candidate_id"].astype("str"),
+        "orig_ok": _flag(mcqa["correct"]),
+    }).groupby(join, sort=False)["orig_ok"].mean().reset_index()
     lookup = ea.loc[:, UNIT].assign(
-        memory=ea["memory"].astype("str").replace(dict(EA_ORIGINAL_MEMORY)),
-        backbone=ea["backbone"].astype("str"),
-        trajectory_id=ea["trajectory_id"].astype("str"),
-        candidate_id=ea["original_candidate_id"].astype("str"),
+        j_memory=ea["memory"].astype("str").replace(dict(EA_ORIGINAL_MEMORY)),
+        j_backbone=ea["backbone"].astype("str"),
+        j_trajectory=ea["trajectory_id"].astype("str"),
+        j_candidate=ea["original_candidate_id"].astype("str"),
     )
-    found = lookup.merge(originals, how="inner", on=join)
-    found = found.assign(**{c: ea.loc[found.index.map(lambda i: i), c].to_numpy() for c in []})
-    keyed = ea.loc[:, UNIT].iloc[_positions(lookup, found, join)]
-    out = keyed.assign(orig_ok=found["orig_ok"].to_numpy(), orig_n=1.0)
-    return out.groupby(UNIT, observed=True, sort=False)[["orig_ok", "orig_n"]].mean()
+    found = lookup.merge(originals, how="inner", on=join).assign(orig_n=1.0)
+    return found.groupby(UNIT, observed=True, sort=False)[["orig_ok", "orig_n"]].mean()
 
 
 def candidate_units(records: pd.DataFrame, judgements: pd.DataFrame) -> pd.DataFrame:
@@ -153,3 +158,26 @@ def candidate_units(records: pd.DataFrame, judgements: pd.DataFrame) -> pd.DataF
     units["rq_has"] = units["rq"].notna().astype("float64")
     units["orig_n"] = units["orig_n"].fillna(0.0)
     return units.fillna({"score": 0.0, "rq": 0.0, "orig_ok": 0.0}).loc[:, STATS]
+
+
+def trajectory_units(memory: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, trajectory): the peak persistent state some later session sees (Eq. 2).
+
+    Only states after sessions 1…K−1 count (the last session's state is never read). The peak is
+    the maximum bytes (memory may shrink); on ties the latest such state, with the most prior video,
+    is taken. ``per_hour`` is that peak ÷ its prior video hours. Trajectories with one session, or
+    with no prior video at the peak, have no such state and are left out.
+    """
+    keys = METHOD + ["trajectory_id"]
+    last = memory.groupby(keys, observed=True)["session_index"].transform("max")
+    seen = memory[memory["session_index"] < last]
+    ordered = seen.sort_values(keys + ["bytes", "session_index"], kind="stable")
+    peak = ordered.groupby(keys, observed=True, sort=False).tail(1)
+    peak = peak[peak["prior_hours"] > 0]
+    return pd.DataFrame(
+        {"per_hour": (peak["bytes"] / peak["prior_hours"]).to_numpy(),
+         "peak": peak["bytes"].to_numpy(), "trajectories": 1.0},
+        index=pd.MultiIndex.from_frame(
+            peak.loc[:, METHOD].assign(task=ALL, trajectory_id=peak["trajectory_id"])
+        ),
+    )

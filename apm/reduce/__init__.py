@@ -1,0 +1,16 @@
+"""Scores, the paper's tables and figures from run records (issue 6; contract: docs/scores.md).
+
+Stages: :mod:`load` (JSONL → DataFrames) → :mod:`units` (per-candidate sufficient statistics) →
+:mod:`metrics` (pure estimators) + :mod:`bootstrap` → :mod:`scores` (long ``scores.csv``) →
+:mod:`tables`, :mod:`figures`; :mod:`compare` pairs two runs; :mod:`cli` is ``apm-reduce``.
+"""
+
+from apm.reduce.compare import compare_runs
+from apm.reduce.load import RunSet, load_judgements, load_memory, load_records, load_runs
+from apm.reduce.scores import SCORE_COLUMNS, read_scores, score_table
+from apm.reduce.tables import write_tables
+
+__all__ = [
+    "RunSet", "SCORE_COLUMNS", "compare_runs", "load_judgements", "load_memory", "load_records",
+    "load_runs", "read_scores", "score_table", "write_tables",
+]

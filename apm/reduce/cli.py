@@ -1,0 +1,62 @@
+"""``apm-reduce``: scores.csv, the paper's tables and figures (and a paired comparison) from run dirs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from apm.reduce.compare import compare_runs
+from apm.reduce.figures import write_figures
+from apm.reduce.load import load_runs
+from apm.reduce.scores import score_table
+from apm.reduce.tables import write_tables
+from apm.reduce.wandb_log import log_summary
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="apm-reduce", description=__doc__)
+    p.add_argument("runs", nargs="*", type=Path, metavar="RUN_DIR", help="run dirs, or folders above them")
+    p.add_argument("--out", type=Path, required=True, help="output folder")
+    p.add_argument("--judge", help="prefer judgements by this judge model")
+    p.add_argument("--rubric", help="prefer judgements with this rubric version")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="replicates; 0: no intervals")
+    p.add_argument("--compare", nargs=2, type=Path, metavar=("RUN_A", "RUN_B"), help="paired bootstrap B − A")
+    p.add_argument("--no-figures", action="store_true", help="skip the figures")
+    p.add_argument("--wandb", action="store_true", help="log tables and figures to a W&B summary run")
+    p.add_argument("--wandb-project", default="apm-bench")
+    p.add_argument("--wandb-mode", default=os.environ.get("WANDB_MODE", "offline"),
+                   choices=["online", "offline", "disabled"], help="default: $WANDB_MODE, else offline")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if not args.runs and not args.compare:
+        parser().error("give RUN_DIR(s), --compare RUN_A RUN_B, or both")
+    started = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.runs:
+        runs = load_runs(args.runs, args.judge, args.rubric)
+        scores = score_table(runs.records, runs.judgements, runs.memory, args.seed, args.bootstrap)
+        scores.to_csv(args.out / "scores.csv", index=False)
+        tables = write_tables(scores, args.out / "tables")
+        figures = [] if args.no_figures else write_figures(scores, args.out / "figures")
+        if args.wandb:
+            log_summary(scores, tables, figures, args.wandb_project, args.wandb_mode, args.out)
+        print(f"apm-reduce: {len(runs.records)} records, {scores.shape[0]} scores, "
+              f"{len(tables)} table files, {len(figures)} figures -> {args.out}")
+    if args.compare:
+        a, b = (load_runs([p], args.judge, args.rubric) for p in args.compare)
+        compare_runs(a, b, args.seed, args.bootstrap).to_csv(args.out / "compare.csv", index=False)
+        print(f"apm-reduce: paired comparison -> {args.out / 'compare.csv'}")
+    print(f"apm-reduce: done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

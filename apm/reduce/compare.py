@@ -1,0 +1,70 @@
+"""Paired bootstrap comparison of two runs (one method each) on the instances both answered."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from apm.reduce import bootstrap
+from apm.reduce.load import METHOD, RunSet
+from apm.reduce.metrics import COUNTS
+from apm.reduce.names import method_label
+from apm.reduce.scores import Sample, evaluate, task_samples
+from apm.reduce.units import STATS, candidate_units
+
+Samples = dict[str, Sample]
+
+COMPARE_COLUMNS = [
+    "run_a", "run_b", "metric", "task", "value_a", "value_b", "diff", "ci_low", "ci_high", "p_value", "n",
+]
+
+
+def _only_method(run: RunSet) -> str:
+    methods = run.records.loc[:, METHOD].astype("str").drop_duplicates()
+    if len(methods) != 1:
+        raise ValueError(f"--compare needs one method per run, got {len(methods)}")
+    dataset, memory, backbone = methods.iloc[0]
+    return f"{method_label(memory, backbone)} [{dataset}]"
+
+
+def shared_keys(a: pd.DataFrame, b: pd.DataFrame) -> pd.Index:
+    """Keys answered without a backbone error in both record sets."""
+    return pd.Index(a.loc[a["error"].isna(), "key"]).intersection(pd.Index(b.loc[b["error"].isna(), "key"]))
+
+
+def _split(s: Sample, prefix: str) -> Sample:
+    n = len(prefix)
+    return Sample(
+        {c[n:]: v for c, v in s.point.items() if c.startswith(prefix)},
+        {c[n:]: v for c, v in s.reps.items() if c.startswith(prefix)},
+    )
+
+
+def paired_samples(a: pd.DataFrame, b: pd.DataFrame, seed: int, reps: int) -> tuple[Samples, Samples]:
+    """Per-task samples of both runs' units on their common candidates, drawn with the same counts."""
+    ua, ub = a.droplevel(METHOD), b.droplevel(METHOD)
+    common = ua.index.intersection(ub.index)
+    joined = pd.concat([ua.loc[common, STATS].add_prefix("a:"), ub.loc[common, STATS].add_prefix("b:")], axis=1)
+    both = task_samples(joined, seed, reps)
+    out_a = {task: _split(s, "a:") for task, s in both.items()}
+    out_b = {task: _split(s, "b:") for task, s in both.items()}
+    return out_a, out_b
+
+
+def compare_runs(a: RunSet, b: RunSet, seed: int = 0, reps: int = 1000) -> pd.DataFrame:
+    """Each metric with an interval for runs a and b, ``diff`` = b − a with its paired interval and
+    two-sided bootstrap p-value (NaN without replicates), restricted to instances both runs answered."""
+    label_a, label_b = _only_method(a), _only_method(b)
+    keys = shared_keys(a.records, b.records)
+    units = [candidate_units(r.records[r.records["key"].isin(keys)], r.judgements) for r in (a, b)]
+    samples_a, samples_b = paired_samples(*units, seed=seed, reps=reps)
+    found_b = {(e.metric, e.task): e for e in evaluate(samples_b)}
+    rows = []
+    for ea in evaluate(samples_a):
+        eb = found_b.get((ea.metric, ea.task))
+        if eb is None or ea.metric in COUNTS:
+            continue
+        diff = eb.reps - ea.reps
+        rows.append((label_a, label_b, ea.metric, ea.task, ea.value, eb.value, eb.value - ea.value,
+                     *bootstrap.percentile_interval(diff), bootstrap.two_sided_p(diff), int(ea.n)))
+    return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+

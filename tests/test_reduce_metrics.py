@@ -1,0 +1,208 @@
+"""Every metric of apm.reduce against values computed by hand on apm.reduce.synth.small_run_set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from apm.reduce import load_runs, score_table, synth
+from apm.reduce.load import load_judgements
+
+# Hand computation (records in synth.small_run_set):
+# ER: C1 right (a later shard replaces a wrong line), C2 wrong, C3 failed parse = wrong, C4 error = out.
+CROSS = (100 / 3 + 100 + 0) / 3  # ER, EST, TR
+PERCEPTION = (100 + 0 + 100 + 100) / 4  # ACR, CT, OCR, STU
+# Gated s_c (Eq. 1) ×20: ERA E1 = ((0) + (4+0)/2)/2 = 1 → 20 (wrong option fails the gate); E2 = 5 → 100.
+# RCR R1 negatives only, n2's judgement failed → 3 → 60; R2 positive unjudged, negative 5 → 100.
+# MPA (0 + 2)/2 → 20.  PRM ((4 + 0 failed parse)/2 + 4)/2 = 3 → 60.  TPG (1 + 0)/2 → 10.
+ADAPTIVE_SCORES = {"ERA": 60.0, "RCR": 80.0, "MPA": 20.0, "PRM": 60.0, "TPG": 10.0}
+ADAPTIVE = sum(ADAPTIVE_SCORES.values()) / 5
+DECISION = {  # (P, N) in %: ERA's positive rate ignores the option
+    "ERA": (100.0, 50.0), "RCR": (100.0, 100.0), "MPA": (0.0, 100.0), "PRM": (50.0, 100.0), "TPG": (100.0, 0.0),
+}
+GATE = {"ERA": (50.0, 50.0), "RCR": (100.0, 100.0), "MPA": (0.0, 100.0), "PRM": (50.0, 100.0), "TPG": (100.0, 0.0)}
+QUALITY = {"ERA": (80 + 100) / 2, "RCR": (60 + 100) / 2, "MPA": 40.0, "PRM": 80.0, "TPG": 20.0}  # Eq. 3
+
+
+@pytest.fixture(scope="module")
+def scores(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    root = synth.small_run_set(tmp_path_factory.mktemp("runs"))
+    runs = load_runs([root])
+    return score_table(runs.records, runs.judgements, runs.memory, seed=0, reps=200)
+
+
+def value(scores: pd.DataFrame, metric: str, task: str, memory: str = "raw_video") -> float:
+    hit = scores[(scores["metric"] == metric) & (scores["task"] == task) & (scores["memory"] == memory)]
+    assert len(hit) == 1, (metric, task, hit)
+    return float(hit["value"].iloc[0])
+
+
+def test_columns(scores: pd.DataFrame) -> None:
+    assert list(scores.columns) == ["dataset", "memory", "backbone", "judge", "metric", "task", "value", "n",
+                                    "ci_low", "ci_high"]
+    assert set(scores["judge"]) == {"judge-x", ""}
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [("ER", 100 / 3), ("EST", 100.0), ("TR", 0.0), ("ACR", 100.0), ("CT", 0.0), ("OCR", 100.0), ("STU", 100.0)],
+)
+def test_mcqa_accuracy(scores: pd.DataFrame, task: str, expected: float) -> None:
+    assert value(scores, "task_score", task) == pytest.approx(expected)
+
+
+def test_mcqa_counts_candidates_without_errors(scores: pd.DataFrame) -> None:
+    er = scores[(scores["metric"] == "task_score") & (scores["task"] == "ER")]
+    assert int(er["n"].iloc[0]) == 3
+
+
+@pytest.mark.parametrize("task", list(ADAPTIVE_SCORES))
+def test_gated_judge_score(scores: pd.DataFrame, task: str) -> None:
+    assert value(scores, "task_score", task) == pytest.approx(ADAPTIVE_SCORES[task])
+
+
+def test_capabilities_and_overall(scores: pd.DataFrame) -> None:
+    assert value(scores, "capability_score", "cross_session") == pytest.approx(CROSS)
+    assert value(scores, "capability_score", "perception") == pytest.approx(PERCEPTION)
+    assert value(scores, "capability_score", "adaptive") == pytest.approx(ADAPTIVE)
+    assert value(scores, "overall", "all") == pytest.approx((CROSS + PERCEPTION + ADAPTIVE) / 3)
+
+
+@pytest.mark.parametrize("task", list(DECISION))
+def test_decision_rates(scores: pd.DataFrame, task: str) -> None:
+    p, n = DECISION[task]
+    assert value(scores, "decision_positive_rate", task) == pytest.approx(p)
+    assert value(scores, "decision_negative_rate", task) == pytest.approx(n)
+    assert value(scores, "decision_ba", task) == pytest.approx((p + n) / 2)
+
+
+def test_pooled_decision_rates(scores: pd.DataFrame) -> None:
+    assert value(scores, "decision_positive_rate", "adaptive") == pytest.approx(100 * 5 / 7)
+    assert value(scores, "decision_negative_rate", "adaptive") == pytest.approx(100 * 6 / 8)
+    assert value(scores, "decision_ba", "adaptive") == pytest.approx((100 * 5 / 7 + 75) / 2)
+
+
+@pytest.mark.parametrize("task", list(GATE))
+def test_gate_pass_balanced(scores: pd.DataFrame, task: str) -> None:
+    assert value(scores, "gate_pass_balanced", task) == pytest.approx(sum(GATE[task]) / 2)
+
+
+@pytest.mark.parametrize("task", list(QUALITY))
+def test_response_quality(scores: pd.DataFrame, task: str) -> None:
+    assert value(scores, "response_quality", task) == pytest.approx(QUALITY[task])
+
+
+def test_response_quality_average(scores: pd.DataFrame) -> None:
+    assert value(scores, "response_quality", "adaptive") == pytest.approx(sum(QUALITY.values()) / 5)
+
+
+def test_judge_failures_counted(scores: pd.DataFrame) -> None:
+    assert value(scores, "judge_failures", "RCR") == 2  # one failed, one missing judgement
+    assert value(scores, "judge_failures", "ERA") == 0
+
+
+def test_format_failures_and_errors(scores: pd.DataFrame) -> None:
+    assert value(scores, "format_failures", "all") == 2
+    assert value(scores, "format_failures", "PRM") == 1
+    assert value(scores, "format_failure_rate", "all") == pytest.approx(100 * 2 / 24)
+    assert value(scores, "errors", "all") == 1
+    assert value(scores, "errors", "ER") == 1
+
+
+def test_latency_means_skip_errors_and_missing(scores: pd.DataFrame) -> None:
+    assert value(scores, "ttft_s", "all") == pytest.approx(25 / 23)
+    assert value(scores, "latency_total_s", "all") == pytest.approx(2.0)
+    assert value(scores, "rtf", "all") == pytest.approx(0.01)
+
+
+def test_storage_per_hour_uses_peak_of_states_seen_later(scores: pd.DataFrame) -> None:
+    # T1 shrinks: peak 300 B at 1.0 h (the last state, 999 B, is never read); T2 ties at 50 B, the
+    # later (0.5 h) is taken; T3 has one session and no prior state.
+    assert value(scores, "storage_bytes_per_hour", "all") == pytest.approx((300 / 1.0 + 50 / 0.5) / 2)
+    assert value(scores, "peak_storage_bytes_mean", "all") == pytest.approx(175.0)
+    assert value(scores, "peak_storage_bytes_max", "all") == pytest.approx(300.0)
+
+
+def test_evidence_availability(scores: pd.DataFrame) -> None:
+    assert value(scores, "ea_accuracy", "EA", "restricted") == pytest.approx(50.0)
+    assert value(scores, "eu_accuracy", "EA", "restricted") == pytest.approx(200 / 3)
+    assert value(scores, "ea_balanced", "EA", "restricted") == pytest.approx((50 + 200 / 3) / 2)
+    # originals: X1 → ER C1 right, X2 → ER C2 wrong, X3 → EST S1 right; X4's is absent, X5 has none
+    original = scores[(scores["metric"] == "ea_original_accuracy")]
+    assert float(original["value"].iloc[0]) == pytest.approx(200 / 3)
+    assert int(original["n"].iloc[0]) == 3
+
+
+def test_intervals_bracket_values_and_counts_have_none(scores: pd.DataFrame) -> None:
+    with_ci = scores.dropna(subset=["ci_low"])
+    assert (with_ci["ci_low"] <= with_ci["value"] + 1e-9).all()
+    assert (with_ci["value"] <= with_ci["ci_high"] + 1e-9).all()
+    counts = scores[scores["metric"].isin(["errors", "format_failures", "judge_failures", "peak_storage_bytes_max"])]
+    assert counts["ci_low"].isna().all()
+    assert not scores.loc[scores["metric"] == "task_score", "ci_low"].isna().any()
+
+
+def test_bootstrap_is_seeded(tmp_path: Path) -> None:
+    runs = load_runs([synth.small_run_set(tmp_path)])
+    tables = [score_table(runs.records, runs.judgements, runs.memory, seed=s, reps=100) for s in (1, 1, 2)]
+    pd.testing.assert_frame_equal(tables[0], tables[1])
+    assert not np.allclose(tables[0]["ci_low"].fillna(0), tables[2]["ci_low"].fillna(0))
+    no_ci = score_table(runs.records, runs.judgements, runs.memory, reps=0)
+    assert no_ci["ci_low"].isna().all()
+    pd.testing.assert_series_equal(no_ci["value"], tables[0]["value"])
+
+
+def test_judgement_selection_prefers_requested_judge(tmp_path: Path) -> None:
+    rec = synth.record("RCR", "R1", "n1", polarity="negative", decision="SILENT", gate_pass=True)
+    lines = [synth.judgement(rec, 2, judge="a"), synth.judgement(rec, 4, judge="b"),
+             synth.judgement(rec, 1, judge="a", rubric_version="2")]
+    synth.write_run(tmp_path, [rec], lines)
+    assert load_judgements([tmp_path])["score"].tolist() == [1.0]  # the last line
+    assert load_judgements([tmp_path], judge="b")["score"].tolist() == [4.0]
+    assert load_judgements([tmp_path], judge="a", rubric_version="1")["score"].tolist() == [2.0]
+    assert load_judgements([tmp_path], judge="nobody")["score"].tolist() == [1.0]
+
+
+def test_two_configs_for_one_method_are_refused(tmp_path: Path) -> None:
+    run = synth.run_info()
+    synth.write_run(tmp_path / "a", [synth.record("ER", "C1")])
+    synth.write_run(tmp_path / "b", [synth.record("ER", "C2", run={**run, "config_hash": "other"})])
+    runs = load_runs([tmp_path])
+    with pytest.raises(ValueError, match="several config hashes"):
+        score_table(runs.records, runs.judgements, runs.memory, reps=0)
+
+
+def test_truncated_last_line_is_skipped_with_warning(tmp_path: Path) -> None:
+    path = synth.write_jsonl(tmp_path / "records" / "r.jsonl", [synth.record("ER", "C1")])
+    with path.open("ab") as f:
+        f.write(b'{"key": "T1/C2/qu')
+    with pytest.warns(UserWarning, match="1 undecodable"):
+        assert len(load_runs([tmp_path]).records) == 1
+
+
+def test_fixtures_follow_the_runner_schemas(tmp_path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schemas = Path(__file__).resolve().parents[1] / "apm" / "runner" / "schemas"
+    if not schemas.exists():
+        pytest.skip("runner schemas absent")
+    root = synth.small_run_set(tmp_path / "small")
+    synth.synthetic_run(tmp_path / "random", synth.run_info(), trajectories=2, seed=0)
+    for kind, schema in (("records", "record"), ("memory", "memory")):
+        validator = jsonschema.Draft202012Validator(json.loads((schemas / f"{schema}.schema.json").read_text()))
+        lines = [json.loads(x) for f in sorted(tmp_path.rglob(f"{kind}/*.jsonl")) for x in f.read_text().splitlines()]
+        assert lines and not [e.message for line in lines for e in validator.iter_errors(line)][:3]
+
+
+def test_stale_judgement_of_a_rerun_response_is_ignored(tmp_path: Path) -> None:
+    old = synth.record("RCR", "R1", "n1", polarity="negative", decision="SILENT", gate_pass=True, output="old")
+    new = {**old, "output": "new"}
+    synth.write_run(tmp_path, [old, new], [synth.judgement(old, 5)])
+    runs = load_runs([tmp_path])
+    assert runs.judgements.empty
+    scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
+    assert value(scores, "judge_failures", "RCR") == 1
+    assert scores.query("metric == 'task_score'").empty  # its only probe is unjudged

@@ -1,0 +1,164 @@
+"""apm-reduce end to end: scores.csv, tables (md/csv/tex), figures, paired comparison, W&B skip."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from apm.reduce import bootstrap, synth
+from apm.reduce.cli import main
+from apm.reduce.figures import bubble_areas, spans_decades, write_figures
+from apm.reduce.names import human_bytes, method_label
+from apm.reduce.scores import SCORE_COLUMNS, read_scores
+from apm.reduce.wandb_log import chunks, log_summary
+
+
+@pytest.fixture(scope="module")
+def reduced(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = synth.small_run_set(tmp_path_factory.mktemp("runs"))
+    synth.synthetic_run(root / "none", synth.run_info(memory="none"), trajectories=4, seed=1)
+    synth.synthetic_run(root / "rand", synth.run_info(memory="none", backbone="random"), trajectories=4, seed=2)
+    out = root / "out"
+    assert main([str(root / "main"), str(root / "ea"), str(root / "none"), str(root / "rand"),
+                 "--out", str(out), "--bootstrap", "50"]) == 0
+    return out
+
+
+def test_scores_csv(reduced: Path) -> None:
+    scores = read_scores(reduced / "scores.csv")
+    assert scores.shape[0] > 100 and scores["judge"].isin(["judge-x", ""]).all()
+    assert set(scores["memory"]) == {"raw_video", "restricted", "none"}
+
+
+def test_table4_rows_and_names(reduced: Path) -> None:
+    table = pd.read_csv(reduced / "tables" / "table4.csv", index_col="Method")
+    assert list(table.index) == [
+        "SimpleStream · Qwen3-VL-8B-Instruct", "Raw Video as Memory · Qwen3-VL-8B-Instruct", "Random (baseline)",
+    ]
+    raw = table.loc["Raw Video as Memory · Qwen3-VL-8B-Instruct"]
+    assert raw["EST"] == pytest.approx(100.0)
+    assert raw["EA"] == pytest.approx(50.0)  # the restricted-memory EA run sits in its main protocol's row
+    md = (reduced / "tables" / "table4.md").read_text()
+    assert "| Method | ER | EST |" in md and "| Raw Video as Memory · Qwen3-VL-8B-Instruct | 33.33 | 100.00 |" in md
+
+
+def test_table3_units_and_latex(reduced: Path) -> None:
+    md = (reduced / "tables" / "table3.md").read_text()
+    assert "200.00 B/h" in md  # storage per hour of the hand-built run
+    tex = (reduced / "tables" / "table3.tex").read_text()
+    assert r"\begin{tabular}{lrrrrrr}" in tex and r"\toprule" in tex and "Storage/hr" in tex
+
+
+def test_table7_superscripts(reduced: Path) -> None:
+    assert "<sup>50.00</sup>" in (reduced / "tables" / "table7.md").read_text()
+    assert "$^{50.00}$" in (reduced / "tables" / "table7.tex").read_text()
+    assert "ERA sup" in (reduced / "tables" / "table7.csv").read_text()
+
+
+def test_table13_and_table10(reduced: Path) -> None:
+    t13 = pd.read_csv(reduced / "tables" / "table13.csv", index_col="Method")
+    assert t13.loc["Raw Video as Memory · Qwen3-VL-8B-Instruct", "Original Acc."] == pytest.approx(200 / 3)
+    assert "175.00 B" in (reduced / "tables" / "table10.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["figure2_tradeoff", "figure7_8_radar"])
+def test_figures(reduced: Path, name: str) -> None:
+    with Image.open(reduced / "figures" / f"{name}.png") as png:
+        width, height = png.size
+    assert width > 600 and height > 400
+    assert (reduced / "figures" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_compare_identical_runs_differ_by_nothing(tmp_path: Path) -> None:
+    root = synth.small_run_set(tmp_path)
+    main(["--compare", str(root / "main"), str(root / "main"), "--out", str(tmp_path / "out"), "--bootstrap", "50"])
+    compare = pd.read_csv(tmp_path / "out" / "compare.csv")
+    assert (compare["diff"] == 0).all() and (compare["ci_low"] == 0).all() and (compare["p_value"] == 1).all()
+    assert {"task_score", "capability_score", "overall"} <= set(compare["metric"])
+
+
+def test_compare_pairs_shared_keys(tmp_path: Path) -> None:
+    a = [synth.record("ER", f"C{i}") for i in range(4)] + [synth.record("ER", "C9")]
+    b_run = synth.run_info(memory="text_summary")
+    b = [synth.record("ER", f"C{i}", run=b_run, correct=i < 2, answer="A" if i < 2 else "B") for i in range(4)]
+    synth.write_run(tmp_path / "a", a)
+    synth.write_run(tmp_path / "b", b)
+    main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out"), "--bootstrap", "200"])
+    row = pd.read_csv(tmp_path / "out" / "compare.csv").query("metric == 'task_score' and task == 'ER'").iloc[0]
+    assert (row["value_a"], row["value_b"], row["diff"], row["n"]) == (100.0, 50.0, -50.0, 4)  # C9 not shared
+    assert row["ci_high"] <= 0 and row["p_value"] < 0.2
+
+
+def test_replicate_sums_resample_every_unit_count() -> None:
+    matrix = np.column_stack([np.ones(7), np.arange(7.0)])
+    sums = bootstrap.replicate_sums(matrix, 300, bootstrap.task_rng(0, "ER"))
+    assert sums.shape == (300, 2) and (sums[:, 0] == 7).all()
+    assert 0 < sums[:, 1].min() and sums[:, 1].max() < 42 and sums[:, 1].std() > 0
+
+
+def test_two_sided_p() -> None:
+    assert bootstrap.two_sided_p(np.array([1.0, 2.0, 3.0, -1.0])) == 0.5
+    assert bootstrap.two_sided_p(np.zeros(5)) == 1.0
+
+
+def test_names_and_units() -> None:
+    assert method_label("raw_video", "Qwen3-VL-8B-Instruct") == "Raw Video as Memory · Qwen3-VL-8B-Instruct"
+    assert method_label("none", "always_silent") == "Always Silent (baseline)"
+    assert method_label("oracle", "Seed-2.0-Lite") == "Oracle · Seed-2.0-Lite (oracle upper bound)"
+    assert method_label("kv_cache", "X") == "Kv Cache · X"
+    assert method_label("Raw Video as Memory", "X") == "Raw Video as Memory · X"  # display names kept
+    assert method_label("none", "Always-Intervene") == "Always-Intervene (baseline)"
+    assert human_bytes(2316.01 * 2**20) == "2.26 GiB" and human_bytes(512) == "512.00 B"
+    assert human_bytes(3 * 2**10, "/h") == "3.00 KiB/h" and human_bytes(float("nan")) == "–"
+
+
+def test_bubbles_log_scale_across_decades() -> None:
+    assert spans_decades(np.array([1e3, 1e9])) and not spans_decades(np.array([2.0, 3.0]))
+    areas = bubble_areas(np.array([1e3, 1e6, 1e9, np.nan]))
+    assert areas[1] - areas[0] == pytest.approx(areas[2] - areas[1]) and areas[3] == areas.min()
+
+
+def test_wandb_skips_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not log_summary(pd.DataFrame(), [], [], "p", mode="disabled")
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import fails as if not installed
+    with pytest.warns(UserWarning, match="not installed"):
+        assert not log_summary(pd.DataFrame(), [], [], "p", mode="offline")
+
+
+@pytest.mark.slow
+def test_wandb_offline_run(reduced: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("wandb")
+    for var in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / var.lower()))
+    tables = sorted((reduced / "tables").glob("*.csv"))
+    figures = sorted((reduced / "figures").glob("*.png"))
+    assert log_summary(read_scores(reduced / "scores.csv"), tables, figures, "apm-test", "offline", tmp_path)
+    media = next(tmp_path.rglob("offline-run-*")) / "files" / "media"
+    logged = {p.relative_to(media).as_posix(): p for p in media.rglob("*.*")}
+    assert any(n.startswith("table/tables/table4_") for n in logged), logged
+    assert any(n.startswith("images/figures/figure2_tradeoff_") for n in logged), logged
+    part = next(p for n, p in logged.items() if n.startswith("table/scores/part0_"))
+    assert len(json.loads(part.read_text())["data"]) == len(read_scores(reduced / "scores.csv"))
+
+
+def test_wandb_tables_are_chunked_below_its_row_limit() -> None:
+    parts = chunks(pd.DataFrame({"x": range(25_001)}))
+    assert [len(p) for p in parts] == [10_000, 10_000, 5_001]
+
+
+def test_no_figures_without_data(tmp_path: Path) -> None:
+    assert write_figures(pd.DataFrame(columns=SCORE_COLUMNS), tmp_path) == []
+
+
+def test_compare_without_replicates_has_values_but_no_intervals(tmp_path: Path) -> None:
+    root = synth.small_run_set(tmp_path)
+    main(["--compare", str(root / "main"), str(root / "main"), "--out", str(tmp_path / "out"), "--bootstrap", "0"])
+    compare = pd.read_csv(tmp_path / "out" / "compare.csv")
+    assert len(compare) > 20 and compare["ci_low"].isna().all() and (compare["diff"] == 0).all()
+    assert not {"errors", "format_failures", "judge_failures"} & set(compare["metric"])
