@@ -39,7 +39,7 @@ def test_scores_csv(reduced: Path) -> None:
 def test_table4_rows_and_names(reduced: Path) -> None:
     table = pd.read_csv(reduced / "tables" / "table4.csv", index_col="Method")
     assert list(table.index) == [
-        "SimpleStream · Qwen3-VL-8B-Instruct", "Raw Video as Memory · Qwen3-VL-8B-Instruct", "Random (baseline)",
+        "SimpleStream · Qwen3-VL-8B-Instruct", "Raw Video as Memory · Qwen3-VL-8B-Instruct", "SimpleStream · Random (baseline)",
     ]
     raw = table.loc["Raw Video as Memory · Qwen3-VL-8B-Instruct"]
     assert raw["EST"] == pytest.approx(100.0)
@@ -109,11 +109,12 @@ def test_two_sided_p() -> None:
 
 def test_names_and_units() -> None:
     assert method_label("raw_video", "Qwen3-VL-8B-Instruct") == "Raw Video as Memory · Qwen3-VL-8B-Instruct"
-    assert method_label("none", "always_silent") == "Always Silent (baseline)"
+    assert method_label("none", "always_silent") == "SimpleStream · Always Silent (baseline)"
+    assert method_label("raw_video", "Oracle (annotation upper bound)") == "Raw Video as Memory · Oracle (oracle upper bound)"
     assert method_label("oracle", "Seed-2.0-Lite") == "Oracle · Seed-2.0-Lite (oracle upper bound)"
     assert method_label("kv_cache", "X") == "Kv Cache · X"
     assert method_label("Raw Video as Memory", "X") == "Raw Video as Memory · X"  # display names kept
-    assert method_label("none", "Always-Intervene") == "Always-Intervene (baseline)"
+    assert method_label("none", "Always-Intervene") == "SimpleStream · Always-Intervene (baseline)"
     assert human_bytes(2316.01 * 2**20) == "2.26 GiB" and human_bytes(512) == "512.00 B"
     assert human_bytes(3 * 2**10, "/h") == "3.00 KiB/h" and human_bytes(float("nan")) == "–"
 

@@ -32,7 +32,7 @@ def title(name: str) -> str:
 
 def _reference(name: str) -> str | None:
     """The reference tag of ``name`` (``Always Silent``, ``always-silent``… alike), else None."""
-    return REFERENCE.get(name.lower().replace(" ", "_").replace("-", "_"))
+    return REFERENCE.get(name.split(" (")[0].lower().replace(" ", "_").replace("-", "_"))
 
 
 def memory_name(memory: str) -> str:
@@ -46,12 +46,14 @@ def table_memory(memory: str, task: str) -> str:
 
 
 def method_label(memory: str, backbone: str) -> str:
-    """``Raw Video as Memory · Qwen3-VL-8B-Instruct``; ``Random (baseline)``; oracle tagged as such."""
-    tag = _reference(backbone)
-    if tag:
-        return f"{title(backbone)} ({tag})"
-    label = f"{memory_name(memory)} · {backbone}"
-    tag = _reference(memory)
+    """``Raw Video as Memory · Qwen3-VL-8B-Instruct``; ``SimpleStream · Random (baseline)``.
+
+    Reference backbones keep their memory protocol in the label (its storage differs) and get their
+    tag once: ``(baseline)`` or ``(oracle upper bound)``.
+    """
+    tag = _reference(backbone) or _reference(memory)
+    shown = title(backbone.split(" (")[0]) if _reference(backbone) else backbone
+    label = f"{memory_name(memory)} · {shown}"
     return f"{label} ({tag})" if tag else label
 
 
