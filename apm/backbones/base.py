@@ -145,6 +145,8 @@ class Backbone(abc.ABC):
     """Base class for backbones: async context manager plus a synchronous convenience call."""
 
     name: str = "backbone"
+    max_frames: int | None = None
+    """At most this many frames per request (the runner samples uniformly up to it); None: no cap."""
     _runner: asyncio.Runner | None = None
 
     async def start(self) -> None:

@@ -13,8 +13,8 @@ import json
 import signal
 import time
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 FAULTS = ("ok", "429", "500", "400", "malformed", "drop", "hang", "trickle")
 """``drop`` closes the connection mid-answer; ``hang`` never answers; ``trickle`` sends keep-alive
@@ -38,10 +38,13 @@ class FakeServer:
     """``/health`` answers 503 until this many seconds after start."""
     host: str = "127.0.0.1"
     port: int = 0
-    keep_bodies: bool = False
+    keep_requests: bool = False
+    """Keep each chat request's headers and body in ``requests`` (tests; off for benchmarks)."""
     counts: Counter[str] = field(default_factory=Counter)
     arrivals: list[float] = field(default_factory=list)
-    bodies: list[dict] = field(default_factory=list)
+    requests: list[tuple[dict[str, str], dict]] = field(default_factory=list)
+    inflight: int = 0
+    max_inflight: int = 0
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task] = field(default_factory=set)
     _started: float = 0.0
@@ -85,8 +88,8 @@ class FakeServer:
         try:
             while await self._one_request(reader, writer):
                 pass
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # client gone, or stop() cancelled the connection: nothing left to answer
         finally:
             self._tasks.discard(task)
             writer.close()
@@ -104,18 +107,23 @@ class FakeServer:
         elif method == "GET" and path.endswith("/models"):
             await _send(writer, 200, json.dumps({"data": [{"id": "fake"}]}).encode())
         elif method == "POST" and path.endswith("/chat/completions"):
-            return await self._chat(json.loads(body), writer)
+            self.inflight += 1
+            self.max_inflight = max(self.max_inflight, self.inflight)
+            try:
+                return await self._chat(headers, json.loads(body), writer)
+            finally:
+                self.inflight -= 1
         else:
             await _send(writer, 404, b"")
         return True
 
-    async def _chat(self, body: dict, writer: asyncio.StreamWriter) -> bool:
+    async def _chat(self, headers: dict[str, str], body: dict, writer: asyncio.StreamWriter) -> bool:
         fault = self.faults.popleft() if self.faults else "ok"
         self.counts["requests"] += 1
         self.counts[fault] += 1
         self.arrivals.append(time.monotonic())
-        if self.keep_bodies:
-            self.bodies.append(body)
+        if self.keep_requests:
+            self.requests.append((headers, body))
         if fault in ("429", "500", "400"):
             extra = {"Retry-After": f"{self.retry_after_s:g}"} if fault == "429" and self.retry_after_s else {}
             await _send(writer, int(fault), json.dumps({"error": {"message": f"fake {fault}"}}).encode(), extra)
@@ -176,8 +184,11 @@ async def _serve(args: argparse.Namespace) -> None:
     print(f"PORT {server.port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    if args.ignore_sigterm:  # stands in for a server that will not stop: only SIGKILL ends it
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     await server.stop()
 
@@ -191,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--chunks", type=int, default=4)
     p.add_argument("--reply", default='{"answer":"A"}')
     p.add_argument("--ready-after", type=float, default=0.0)
+    p.add_argument("--ignore-sigterm", action="store_true")
     args, _ = p.parse_known_args(argv)
     asyncio.run(_serve(args))
 

@@ -8,25 +8,28 @@ The slot rule and its edge cases are specified in ``docs/video.md``.
 from __future__ import annotations
 
 import io
-import math
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator, TypeVar
 
 import av
 import av.error
+from av.container import InputContainer
+from av.video.frame import VideoFrame
+from av.video.reformatter import VideoReformatter
 from PIL import Image
 
-_IMAGE_FORMATS = ("image2", "_pipe")
-"""Demuxer names (suffixes) of still-image formats, which FFmpeg would happily read as 1-frame video."""
+T = TypeVar("T")
+
 _AHEAD = 16
 """Encoded frames the worker may run ahead of the consumer: bounds memory, keeps both cores busy."""
 _TRUNCATION_TOLERANCE = 1.0
 """Seconds the decoded stream may fall short of the container's declared duration before we call it cut."""
 _ROTATE = {90: Image.Transpose.ROTATE_90, 180: Image.Transpose.ROTATE_180, 270: Image.Transpose.ROTATE_270}
+"""Display-matrix angle (counter-clockwise degrees, as FFmpeg players apply it) -> the upright transform."""
 
 
 class VideoDecodeError(Exception):
@@ -82,17 +85,20 @@ def scaled_size(width: int, height: int, max_side: int) -> tuple[int, int]:
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
-def _to_jpeg(frame: av.VideoFrame, size: tuple[int, int], rotation: int, quality: int) -> bytes:
-    """Scale + convert one kept frame to RGB, rotate it upright and encode it (runs in the worker)."""
-    image = frame.reformat(width=size[0], height=size[1], format="rgb24", interpolation="AREA").to_image()
-    if rotation in _ROTATE:
-        image = image.transpose(_ROTATE[rotation])
+def _to_jpeg(scaler: VideoReformatter, frame: VideoFrame, size: tuple[int, int], rotation: int, quality: int) -> bytes:
+    """Scale + convert one kept frame to RGB, turn it upright and encode it (runs in the worker thread).
+
+    One long-lived ``scaler`` per video: it keeps its swscale context, which is most of the cost.
+    """
+    image = scaler.reformat(frame, width=size[0], height=size[1], format="rgb24", interpolation="AREA").to_image()
+    if rotation % 360 in _ROTATE:
+        image = image.transpose(_ROTATE[rotation % 360])
     buf = io.BytesIO()
     image.save(buf, format="JPEG", quality=quality)
     return buf.getvalue()
 
 
-def _open(path: Path) -> av.container.InputContainer:
+def _open(path: Path) -> InputContainer:
     """Open ``path`` as a video container, turning every way it can fail into a VideoDecodeError."""
     if not path.is_file():
         raise VideoDecodeError(path, 0.0, "no such file")
@@ -103,7 +109,7 @@ def _open(path: Path) -> av.container.InputContainer:
     except av.error.FFmpegError as e:
         raise VideoDecodeError(path, 0.0, f"not a readable video container ({e})") from e
     fmt = container.format.name
-    if any(fmt.endswith(s) for s in _IMAGE_FORMATS):
+    if fmt.startswith("image2") or fmt.endswith("_pipe"):  # still-image demuxers: FFmpeg reads them as 1-frame video
         container.close()
         raise VideoDecodeError(path, 0.0, f"a still image ({fmt}), not a video")
     if not container.streams.video:
@@ -112,68 +118,93 @@ def _open(path: Path) -> av.container.InputContainer:
     return container
 
 
-def _declared_duration(stream: av.video.stream.VideoStream, container: av.container.InputContainer) -> float | None:
-    """The duration the file claims for its video (seconds), used to detect a truncated file."""
+def assign_slots(timed: Iterable[tuple[Fraction, T]], rate: Fraction) -> Iterator[T]:
+    """For each slot ``k = 0, 1, ...``: the last item whose time is ``<= k / rate`` (times relative to the first).
+
+    Items arrive in presentation order; one earlier than its predecessor (a broken timestamp) is
+    dropped. Slots run up to ``floor(rate * last_time)``; a gap repeats the item on screen.
+    """
+    current: T | None = None
+    shown_at = Fraction(0)
+    k = 0
+    for t, item in timed:
+        if current is not None:
+            if t < shown_at:
+                continue
+            while k / rate < t:
+                yield current
+                k += 1
+        current, shown_at = item, t
+    while current is not None and k / rate <= shown_at:
+        yield current
+        k += 1
+
+
+@dataclass
+class _Progress:
+    """How far decoding got: the offset of the last decoded frame and how many there were."""
+
+    at: float = 0.0
+    frames: int = 0
+
+
+def _timed_frames(path: Path, container: InputContainer, progress: _Progress) -> Iterator[tuple[Fraction, VideoFrame]]:
+    """(offset from the first frame, frame) of every decoded frame; decoder errors become VideoDecodeError."""
+    pts0: int | None = None
+    try:
+        for frame in container.decode(container.streams.video[0]):
+            if frame.pts is None:
+                raise VideoDecodeError(path, progress.at, "frame without a timestamp")
+            pts0 = frame.pts if pts0 is None else pts0
+            t = (frame.pts - pts0) * frame.time_base
+            progress.at, progress.frames = max(progress.at, float(t)), progress.frames + 1
+            yield t, frame
+    except av.error.FFmpegError as e:
+        raise VideoDecodeError(path, progress.at, f"corrupt or unreadable data ({e})") from e
+
+
+def _check_complete(path: Path, container: InputContainer, progress: _Progress) -> None:
+    """Raise if decoding stopped well before the duration the file declares (a cut-off download)."""
+    if progress.frames == 0:
+        raise VideoDecodeError(path, 0.0, "the video stream has no decodable frame")
+    stream = container.streams.video[0]
     if stream.duration is not None and stream.time_base is not None:
-        return float(stream.duration * stream.time_base)
-    if container.duration is not None:
-        return container.duration / av.time_base
-    return None
+        declared = float(stream.duration * stream.time_base)
+    elif container.duration is not None:
+        declared = container.duration / av.time_base
+    else:
+        return
+    tolerance = max(_TRUNCATION_TOLERANCE, 2 * progress.at / max(1, progress.frames - 1))
+    if declared - progress.at > tolerance:
+        raise VideoDecodeError(
+            path, progress.at, f"stream ends at {progress.at:.3f}s but the file declares {declared:.3f}s (truncated?)"
+        )
 
 
 def sample_jpegs(path: str | Path, settings: SamplingSettings) -> Iterator[bytes]:
     """JPEG of each slot ``k = 0, 1, ...`` (video offset ``k / fps``), in order; see docs/video.md.
 
     Slot ``k`` shows the last decoded frame whose offset is ``<= k / fps`` (the frame on screen at
-    that moment), so no slot ever shows a later moment; offset 0 is the first decoded frame. The last
-    slot is ``floor(fps * last_frame_offset)``. A slot that repeats the previous frame (a VFR gap)
-    yields the very same ``bytes`` object. Raises VideoDecodeError naming the file and offset.
+    that moment), so no slot shows a later moment; offset 0 is the first decoded frame. A slot that
+    repeats the previous frame (a VFR gap) yields the very same ``bytes`` object. Raises
+    VideoDecodeError naming the file and the offset where decoding failed (slots before it may already
+    have been yielded: the cache then writes nothing).
     """
     path = Path(path)
-    rate = settings.rate
-    container = _open(path)
-    stream = container.streams.video[0]
+    progress = _Progress()
     pending: deque[Future[bytes]] = deque()
-    at = 0.0
-    with container, ThreadPoolExecutor(1, thread_name_prefix="apm-jpeg") as worker:
-        size: tuple[int, int] | None = None
-        pts0: int | None = None
-        slot_pts = Fraction(0)  # pts (relative to pts0) of the next slot to fill
-        step: Fraction | None = None
-        current: av.VideoFrame | None = None
+    scaler = VideoReformatter()  # used by the single worker thread only
+    with _open(path) as container, ThreadPoolExecutor(1, thread_name_prefix="apm-jpeg") as worker:
+        shown: VideoFrame | None = None
         encoded: Future[bytes] | None = None
-        try:
-            for frame in container.decode(stream):
-                if frame.pts is None:
-                    raise VideoDecodeError(path, at, "frame without a timestamp")
-                if pts0 is None:
-                    pts0, step = frame.pts, 1 / (rate * frame.time_base)
-                    size = scaled_size(frame.width, frame.height, settings.max_side)
-                rel = frame.pts - pts0
-                while current is not None and slot_pts < rel:
-                    encoded = encoded or worker.submit(_to_jpeg, current, size, frame.rotation, settings.jpeg_quality)
-                    pending.append(encoded)
-                    slot_pts += step
-                    while len(pending) > _AHEAD:
-                        yield pending.popleft().result()
-                if rel >= (0 if current is None else at_rel):
-                    current, encoded, at_rel = frame, None, rel
-                    at = float(rel * frame.time_base)
-        except av.error.FFmpegError as e:
-            raise VideoDecodeError(path, at, f"corrupt or unreadable data ({e})") from e
-        if current is None:
-            raise VideoDecodeError(path, 0.0, "the video stream has no decodable frame")
-        while slot_pts <= at_rel:
-            encoded = encoded or worker.submit(_to_jpeg, current, size, current.rotation, settings.jpeg_quality)
+        for frame in assign_slots(_timed_frames(path, container, progress), settings.rate):
+            if frame is not shown:
+                size = scaled_size(frame.width, frame.height, settings.max_side)
+                encoded = worker.submit(_to_jpeg, scaler, frame, size, frame.rotation, settings.jpeg_quality)
+                shown = frame
             pending.append(encoded)
-            slot_pts += step
-        declared = _declared_duration(stream, container)
-        if declared is not None and declared - at > _TRUNCATION_TOLERANCE + 1 / settings.fps:
-            raise VideoDecodeError(path, at, f"stream ends at {at:.3f}s but the file declares {declared:.3f}s (truncated?)")
+            if len(pending) > _AHEAD:
+                yield pending.popleft().result()
+        _check_complete(path, container, progress)
         while pending:
             yield pending.popleft().result()
-
-
-def slot_count(last_offset: float, fps: float) -> int:
-    """Number of slots of a video whose last frame is at ``last_offset`` seconds: ``floor(fps*t) + 1``."""
-    return math.floor(Fraction(last_offset) * Fraction(fps).limit_denominator(1000)) + 1

@@ -1,0 +1,348 @@
+"""Any OpenAI-compatible chat-completions endpoint (vLLM, Gemini, Seed, DeepSeek), streamed.
+
+The API key is read from the environment variable ``api_key_env`` names, at each request, and is
+never stored on the object, so it cannot leak into a repr, a log, a record or a saved config.
+Failed attempts (429, 5xx, connection errors, timeouts, malformed or dropped streams) are retried
+from scratch with exponential back-off plus jitter; only the final attempt's text, timing and token
+counts are reported, and a request that still fails comes back with ``Response.error`` set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_exponential, wait_random
+
+from apm.backbones.base import Backbone, FramePart, Message, Request, Response, TextPart
+from apm.backbones.guard import ContextGuard, Policy
+from apm.data import clock
+from apm.video.frames import Frame
+
+log = logging.getLogger(__name__)
+
+FrameMode = Literal["images", "video"]
+CONNECTIONS_PER_CLIENT = 8
+"""httpcore's pool does work quadratic in its connection count per request, so slots are spread over
+several small clients: 8 keeps the harness near 1.5 ms CPU per request at concurrency 64."""
+RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+"""HTTP statuses worth another attempt; any other non-200 status fails the request at once."""
+
+
+class _Retryable(Exception):
+    """A failed attempt worth repeating; ``retry_after`` is the server's hint in seconds."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class _Fatal(Exception):
+    """A failure that another attempt would repeat (bad request, auth, unknown model)."""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    text: str
+    ttft_s: float | None
+    total_s: float
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    finish_reason: str | None
+
+
+def plain(value: Any) -> Any:
+    """A Hydra/OmegaConf container as plain Python (JSON-serialisable) data; others unchanged."""
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig | ListConfig) else value
+
+
+class OpenAIBackbone(Backbone):
+    """Streams chat completions from ``base_url``; see docs/backbones.md for every option.
+
+    ``frame_mode="images"`` sends each frame as an ``image_url`` JPEG data URL (preceded by a text
+    part with its wall-clock label when ``frame_labels``); ``"video"`` sends each run of consecutive
+    frames as one ``video_url`` ``data:video/jpeg;base64,f1,f2,…`` (what vLLM accepts) with one label
+    for the run. ``turn_time_labels`` prefixes user turns that carry a time with ``[DAYn HH:MM:SS]``.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str,
+        name: str | None = None,
+        api_key_env: str | None = None,
+        frame_mode: FrameMode = "images",
+        frame_labels: bool = True,
+        turn_time_labels: bool = True,
+        max_frames: int | None = None,
+        max_context_tokens: int | None = None,
+        tokens_per_frame: int = 256,
+        truncation_policy: Policy = "uniform",
+        concurrency: int = 16,
+        max_attempts: int = 6,
+        backoff_initial_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 120.0,
+        attempt_timeout_s: float = 600.0,
+        deadline_s: float = 1800.0,
+        json_response_format: bool = True,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        if frame_mode not in ("images", "video"):
+            raise ValueError(f"frame_mode must be 'images' or 'video', not {frame_mode!r}")
+        self.name = name or model
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key_env = api_key_env
+        self.frame_mode = frame_mode
+        self.frame_labels = frame_labels
+        self.turn_time_labels = turn_time_labels
+        self.max_frames = max_frames
+        self.guard = ContextGuard(max_frames, max_context_tokens, tokens_per_frame, policy=truncation_policy)
+        self.concurrency = concurrency
+        self.max_attempts = max_attempts
+        self.backoff_max_s = backoff_max_s
+        self._backoff = wait_exponential(multiplier=backoff_initial_s, max=backoff_max_s) + wait_random(
+            0, backoff_initial_s
+        )
+        self.timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=read_timeout_s, pool=None)
+        self.attempt_timeout_s = attempt_timeout_s
+        self.deadline_s = deadline_s
+        self.json_response_format = json_response_format
+        self.extra_body = dict(plain(extra_body) or {})
+        self._clients: list[httpx.AsyncClient] = []
+        self._slots: asyncio.Queue[httpx.AsyncClient] | None = None
+        """One entry per concurrent request allowed, naming the client that request uses."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
+
+    async def start(self) -> None:
+        """Open the HTTP connection pool; fails fast when the API key variable is unset."""
+        if self.api_key_env and not os.environ.get(self.api_key_env):
+            raise RuntimeError(f"{self.name}: environment variable {self.api_key_env} is not set")
+        if self._slots is None:
+            self._slots = asyncio.Queue()
+            for first in range(0, self.concurrency, CONNECTIONS_PER_CLIENT):
+                size = min(CONNECTIONS_PER_CLIENT, self.concurrency - first)
+                limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+                client = httpx.AsyncClient(timeout=self.timeout, limits=limits)
+                self._clients.append(client)
+                for _ in range(size):
+                    self._slots.put_nowait(client)
+
+    async def close(self) -> None:
+        clients, self._clients, self._slots = self._clients, [], None
+        await asyncio.gather(*(c.aclose() for c in clients))
+
+    async def generate(self, request: Request) -> Response:
+        """One streamed completion, retried on transient failures; errors come back in the Response."""
+        if self._slots is None:
+            raise RuntimeError(f"{self.name}: call start() (or use `async with`) before generate()")
+        began = time.perf_counter()
+        if self.guard.frame_budget(request) < 0:
+            return Response(
+                error=f"prompt exceeds max_context_tokens={self.guard.max_context_tokens} even without frames",
+                attempts=0,
+            )
+        request, truncation = self.guard.apply(request)
+        payload = self.payload(request)
+        attempts, last_error = 0, ""
+        try:
+            async with asyncio.timeout(None) as deadline:  # armed once the first attempt has a slot
+                async for attempt in self._retrying(request.request_id):
+                    with attempt:
+                        attempts += 1
+                        try:
+                            answer = await self._attempt(payload, deadline if attempts == 1 else None)
+                        except _Retryable as e:
+                            last_error = str(e)
+                            raise
+        except _Retryable as e:
+            error = f"gave up after {attempts} attempts: {e}"
+        except _Fatal as e:
+            error = str(e)
+        except TimeoutError:
+            error = f"deadline of {self.deadline_s:g}s exceeded after {attempts} attempts; last error: {last_error}"
+        else:
+            return Response(
+                text=answer.text,
+                ttft_s=answer.ttft_s,
+                total_s=answer.total_s,
+                elapsed_s=time.perf_counter() - began,
+                prompt_tokens=answer.prompt_tokens,
+                completion_tokens=answer.completion_tokens,
+                finish_reason=answer.finish_reason,
+                attempts=attempts,
+                truncation=truncation,
+            )
+        log.warning("%s %s: %s", self.name, request.request_id, error)
+        return Response(error=error, elapsed_s=time.perf_counter() - began, attempts=attempts, truncation=truncation)
+
+    def payload(self, request: Request) -> dict[str, Any]:
+        """The chat-completions JSON body for a request (frames already within the guard's limits)."""
+        s = request.settings
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": m.role, "content": self._content(m)} for m in request.messages],
+            "max_tokens": s.max_tokens,
+            "temperature": s.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if s.stop:
+            body["stop"] = list(s.stop)
+        if s.json_output and self.json_response_format:
+            body["response_format"] = {"type": "json_object"}
+        return body | self.extra_body
+
+    def _content(self, m: Message) -> str | list[dict[str, Any]]:
+        if m.role != "user":
+            if m.frames:
+                raise ValueError(f"frames are only allowed in user turns, not {m.role}")
+            return "".join(p.text for p in m.parts if isinstance(p, TextPart))
+        out: list[dict[str, Any]] = []
+        if self.turn_time_labels and m.time is not None:
+            out.append(_text(f"[{clock.label(m.time)}]"))
+        run: list[Frame] = []
+        for p in m.parts:
+            if isinstance(p, FramePart):
+                run.append(p.frame)
+                continue
+            out += self._frames(run)
+            run = []
+            out.append(_text(p.text))
+        return out + self._frames(run)
+
+    def _frames(self, frames: list[Frame]) -> list[dict[str, Any]]:
+        if not frames:
+            return []
+        if self.frame_mode == "video":
+            label = [_text(f"[{len(frames)} frames, {frames[0].label} to {frames[-1].label}]")]
+            data = ",".join(base64.b64encode(f.jpeg).decode("ascii") for f in frames)
+            return (label if self.frame_labels else []) + [
+                {"type": "video_url", "video_url": {"url": f"data:video/jpeg;base64,{data}"}}
+            ]
+        out = []
+        for f in frames:
+            if self.frame_labels:
+                out.append(_text(f"[{f.label}]"))
+            url = f"data:image/jpeg;base64,{base64.b64encode(f.jpeg).decode('ascii')}"
+            out.append({"type": "image_url", "image_url": {"url": url}})
+        return out
+
+    def _retrying(self, request_id: str) -> AsyncRetrying:
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "%s %s: attempt %d failed (%s); retrying in %.2fs",
+                self.name, request_id, state.attempt_number, exc, state.upcoming_sleep,
+            )
+
+        return AsyncRetrying(
+            stop=stop_after_attempt(self.max_attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Retryable),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+
+    def _wait(self, state: RetryCallState) -> float:
+        """Exponential back-off with jitter, lengthened to the server's Retry-After hint."""
+        exc = state.outcome.exception() if state.outcome else None
+        hint = getattr(exc, "retry_after", None) or 0.0
+        return min(max(self._backoff(state), hint), self.backoff_max_s)
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    async def _attempt(self, payload: dict[str, Any], arm: asyncio.Timeout | None) -> _Answer:
+        """One HTTP attempt; transient failures raise :class:`_Retryable`, the rest :class:`_Fatal`.
+
+        ``arm`` (first attempt only) is the call's deadline, started here so queueing for a slot
+        behind other requests does not count against it.
+        """
+        assert self._slots is not None
+        client = await self._slots.get()
+        if arm is not None:
+            arm.reschedule(asyncio.get_running_loop().time() + self.deadline_s)
+        try:
+            sent = time.perf_counter()
+            async with asyncio.timeout(self.attempt_timeout_s):
+                return await self._stream(client, payload, sent)
+        except TimeoutError:
+            raise _Retryable(f"attempt exceeded {self.attempt_timeout_s:g}s") from None
+        except httpx.TransportError as e:
+            raise _Retryable(f"{type(e).__name__}: {e}") from None
+        finally:
+            self._slots.put_nowait(client)
+
+    async def _stream(self, client: httpx.AsyncClient, payload: dict[str, Any], sent: float) -> _Answer:
+        url = f"{self.base_url}/chat/completions"
+        async with client.stream("POST", url, json=payload, headers=self._headers()) as r:
+            if r.status_code != 200:
+                detail = (await r.aread())[:300].decode("utf-8", "replace")
+                message = f"HTTP {r.status_code}: {detail}"
+                if r.status_code in RETRY_STATUS:
+                    raise _Retryable(message, _retry_after(r.headers.get("retry-after")))
+                raise _Fatal(message)
+            pieces: list[str] = []
+            ttft = finish = usage = None
+            done = False
+            async for line in r.aiter_lines():  # read to the end, so the connection can be reused
+                if done or not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                    continue
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise _Retryable(f"malformed stream chunk: {data[:80]!r}") from None
+                if chunk.get("error"):
+                    raise _Retryable(f"error event in stream: {str(chunk['error'])[:200]}")
+                usage = chunk.get("usage") or usage
+                for choice in chunk.get("choices") or ():
+                    piece = (choice.get("delta") or {}).get("content")
+                    if piece:
+                        ttft = ttft if ttft is not None else time.perf_counter() - sent
+                        pieces.append(piece)
+                    finish = choice.get("finish_reason") or finish
+            if not done and finish is None:
+                raise _Retryable("stream ended before the answer finished")
+        return _Answer(
+            text="".join(pieces),
+            ttft_s=ttft,
+            total_s=time.perf_counter() - sent,
+            prompt_tokens=(usage or {}).get("prompt_tokens"),
+            completion_tokens=(usage or {}).get("completion_tokens"),
+            finish_reason=finish,
+        )
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header given in seconds (HTTP dates are ignored)."""
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None

@@ -1,0 +1,225 @@
+"""The shared frame cache: each session video decoded once, keyed by content, built lazily or in bulk.
+
+An entry's key is a hash of the video file's SHA-256 and the sampling settings, so every run that
+reads the same release (any path, any machine sharing the folder) reuses it. Builders of one key take
+a file lock and write via temp-file + rename; an invalid entry is rebuilt, never read. Exact rules:
+``docs/video.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterable
+
+import av
+import PIL
+from filelock import FileLock
+from tqdm import tqdm
+
+from apm.data.model import Release
+from apm.video.decode import SamplingSettings, VideoDecodeError, sample_jpegs
+from apm.video.store import CorruptEntryError, EntryFile, write_entry
+
+log = logging.getLogger(__name__)
+
+CACHE_DIR_ENV = "APM_CACHE_DIR"
+FORMAT_VERSION = 1
+"""Bumped whenever the entry layout or the decode rules change: it is part of every key."""
+
+
+def default_cache_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The cache folder: ``explicit`` (flag / config key), else ``$APM_CACHE_DIR``, else ``$XDG_CACHE_HOME/apm/frames``."""
+    if explicit:
+        return Path(explicit).expanduser()
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "apm" / "frames"
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Write a small file so that readers see the old or the new content, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def file_digest(path: Path, cache_dir: Path) -> str:
+    """SHA-256 of a video file, memoised under ``cache_dir/digests`` until its size, mtime or inode change."""
+    real = path.resolve()
+    st = real.stat()
+    stamp = {"path": str(real), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+    memo = cache_dir / "digests" / f"{hashlib.sha256(str(real).encode()).hexdigest()[:32]}.json"
+    try:
+        saved = json.loads(memo.read_text())
+        if {k: saved.get(k) for k in stamp} == stamp:
+            return saved["sha256"]
+    except (OSError, ValueError):
+        pass
+    with open(real, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    _atomic_write_text(memo, json.dumps({**stamp, "sha256": digest}))
+    return digest
+
+
+class CacheEntry:
+    """The cached frames of one video: sample ``i`` is video offset ``i / rate``; JPEG access is O(1)."""
+
+    def __init__(self, video: Path, rate: Fraction, file: EntryFile) -> None:
+        self.video = video
+        self.rate = rate
+        """Samples per second, exact."""
+        self._file = file
+
+    @property
+    def path(self) -> Path:
+        """The entry file on disk."""
+        return self._file.path
+
+    @property
+    def key(self) -> str:
+        return self._file.header["key"]
+
+    @property
+    def count(self) -> int:
+        """Number of samples: ``floor(fps * offset of the last frame) + 1`` (docs/video.md)."""
+        return len(self._file)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def offset(self, i: int) -> Fraction:
+        """Video offset (seconds) of sample ``i``: the frame shown was recorded at or before it."""
+        return i / self.rate
+
+    def jpeg(self, i: int) -> bytes:
+        """The JPEG of sample ``i``."""
+        return self.jpegs([i])[0]
+
+    def jpegs(self, indices: Iterable[int]) -> list[bytes]:
+        """The JPEGs of several samples with one file open."""
+        indices = list(indices)
+        bad = [i for i in indices if not 0 <= i < self.count]
+        if bad:
+            raise IndexError(f"{self.video}: samples {bad[:5]} outside 0..{self.count - 1}")
+        return self._file.read(indices)
+
+
+class FrameCache:
+    """Frame cache at ``cache_dir`` for one sampling setting; ``entry(video)`` builds what is missing."""
+
+    def __init__(
+        self,
+        cache_dir: str | os.PathLike[str] | None = None,
+        fps: float = 1.0,
+        max_side: int = 448,
+        jpeg_quality: int = 85,
+    ) -> None:
+        self.cache_dir = default_cache_dir(cache_dir)
+        self.settings = SamplingSettings(fps, max_side, jpeg_quality)
+        self._open: dict[Path, CacheEntry] = {}
+
+    def __repr__(self) -> str:
+        return f"FrameCache({str(self.cache_dir)!r}, {self.settings})"
+
+    def key(self, video: Path) -> str:
+        """Content key of ``video``'s entry: hash of format version, file SHA-256 and sampling settings."""
+        spec = {"format": FORMAT_VERSION, "video_sha256": file_digest(video, self.cache_dir), **self.settings.describe()}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:40]
+
+    def entry_path(self, key: str) -> Path:
+        return self.cache_dir / key[:2] / f"{key}.apmf"
+
+    def entry(self, video: str | os.PathLike[str]) -> CacheEntry:
+        """The valid entry of ``video``, building it (once, under a lock) if missing or invalid."""
+        video = Path(video).resolve()
+        if not video.is_file():
+            raise VideoDecodeError(video, 0.0, "no such file")
+        if video not in self._open:
+            self._open[video] = self._load_or_build(video)
+        return self._open[video]
+
+    def _load_or_build(self, video: Path) -> CacheEntry:
+        """Open the entry; if missing or invalid, re-check under the key's lock and build it."""
+        key = self.key(video)
+        path = self.entry_path(key)
+        try:
+            return CacheEntry(video, self.settings.rate, EntryFile.open(path, key))
+        except (FileNotFoundError, CorruptEntryError):
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock"):
+            try:
+                found = EntryFile.open(path, key)
+            except FileNotFoundError:
+                found = self._build(video, path, key)
+            except CorruptEntryError as e:
+                log.warning("rebuilding %s", e)
+                found = self._build(video, path, key)
+        return CacheEntry(video, self.settings.rate, found)
+
+    def _build(self, video: Path, path: Path, key: str) -> EntryFile:
+        """Decode ``video`` into a new entry at ``path`` (caller holds the lock)."""
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)  # left by a builder that died: nobody else can hold this key's lock
+        header = {
+            "key": key,
+            "format": FORMAT_VERSION,
+            "video": str(video),
+            **self.settings.describe(),
+            "built_with": {"av": av.__version__, "ffmpeg": str(av.ffmpeg_version_info), "pillow": PIL.__version__},
+        }
+        write_entry(path, header, sample_jpegs(video, self.settings))
+        return EntryFile.open(path, key)
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What ``build_release_cache`` did: videos whose entry is ready, and those that failed (with why)."""
+
+    ready: tuple[Path, ...]
+    failed: tuple[VideoDecodeError, ...]
+
+
+def _build_one(cache_dir: Path, settings: SamplingSettings, video: Path) -> int:
+    """Worker: make ``video``'s entry exist; returns its sample count."""
+    cache = FrameCache(cache_dir, settings.fps, settings.max_side, settings.jpeg_quality)
+    return cache.entry(video).count
+
+
+def build_release_cache(
+    release: Release,
+    cache_dir: str | os.PathLike[str] | None = None,
+    fps: float = 1.0,
+    max_side: int = 448,
+    jpeg_quality: int = 85,
+    workers: int = 2,
+    progress: bool = True,
+) -> BuildReport:
+    """Build the entry of every session video of ``release`` with ``workers`` processes and a progress bar.
+
+    Existing valid entries are reused. A video that cannot be decoded does not stop the others; it is
+    listed in ``BuildReport.failed`` (the CLI should print those and exit non-zero).
+    """
+    cache = FrameCache(cache_dir, fps, max_side, jpeg_quality)
+    videos = sorted({s.video.resolve() for t in release.trajectories for s in t.sessions})
+    ready: list[Path] = []
+    failed: list[VideoDecodeError] = []
+    with ProcessPoolExecutor(max(1, workers)) as pool, tqdm(total=len(videos), unit="video", disable=not progress) as bar:
+        futures = {pool.submit(_build_one, cache.cache_dir, cache.settings, v): v for v in videos}
+        for fut in as_completed(futures):
+            try:
+                fut.result()
+                ready.append(futures[fut])
+            except VideoDecodeError as e:
+                failed.append(e)
+                bar.write(str(e))
+            bar.update()
+    return BuildReport(tuple(sorted(ready)), tuple(sorted(failed, key=lambda e: str(e.path))))

@@ -1,0 +1,126 @@
+"""Causal frame selection: the frames an instance may see, read from the frame cache.
+
+A memory protocol states what it exposes as spans of visible sessions; this module checks them
+against the instance (a span past the probe time is a bug and raises, nothing is clipped to hide
+it), then samples uniformly down to ``max_frames`` or keeps the ``recent`` latest samples.
+Semantics: ``docs/video.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import groupby
+
+from apm.data.instances import Instance
+from apm.data.model import Session, Trajectory
+from apm.video.cache import FrameCache
+from apm.video.frames import Frame
+
+SIMPLESTREAM_FRAMES = 4
+"""SimpleStream, the paper's no-memory baseline, sees the 4 most recent frames."""
+
+
+class CausalityError(ValueError):
+    """A span that shows an instance something it may not see: after the probe, or a hidden session."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """Absolute seconds ``[start, end]`` (both inclusive) of one session that a protocol exposes."""
+
+    session: str
+    start: int
+    end: int
+
+
+def uniform_indices(n: int, k: int) -> list[int]:
+    """``k`` of ``range(n)``, evenly spread, always with the last (and, for k > 1, the first); all if k >= n."""
+    if k >= n:
+        return list(range(n))
+    if k <= 0:
+        return []
+    if k == 1:
+        return [n - 1]
+    return [(2 * j * (n - 1) + k - 1) // (2 * (k - 1)) for j in range(k)]
+
+
+def _check(span: Span, session: Session, instance: Instance) -> None:
+    """Raise unless ``span`` lies within a visible session and ends at or before the probe time."""
+    if span.session not in instance.visible_sessions:
+        raise CausalityError(f"{instance.key}: span over {span.session}, not among {instance.visible_sessions}")
+    if span.end > instance.probe_time:
+        raise CausalityError(f"{instance.key}: span {span} ends after the probe time {instance.probe_time}")
+    if not session.start <= span.start <= span.end <= session.end:
+        raise ValueError(f"{instance.key}: span {span} is not within session [{session.start}, {session.end}]")
+
+
+def select_frames(
+    cache: FrameCache,
+    trajectory: Trajectory,
+    instance: Instance,
+    spans: list[Span],
+    *,
+    max_frames: int | None = None,
+    recent: int | None = None,
+) -> list[Frame]:
+    """The cached frames of ``spans``, oldest first: all, ``max_frames`` uniformly, or the ``recent`` latest.
+
+    Samples of a span are those whose offset lies in it; a span reaching beyond its video's last
+    frame simply has no samples there. Overlapping spans count each sample once.
+    """
+    if max_frames is not None and recent is not None:
+        raise ValueError("give max_frames or recent, not both")
+    available: set[tuple[int, int]] = set()
+    sessions: dict[int, Session] = {}
+    for span in spans:
+        session = trajectory.session(span.session)
+        _check(span, session, instance)
+        entry = cache.entry(session.video)
+        lo = math.ceil((span.start - session.start) * entry.rate)
+        hi = min(math.floor((span.end - session.start) * entry.rate), entry.count - 1)
+        sessions[session.index] = session
+        available.update((session.index, i) for i in range(lo, hi + 1))
+    ordered = sorted(available)
+    if recent is not None:
+        chosen = ordered[max(0, len(ordered) - recent) :] if recent > 0 else []
+    elif max_frames is not None:
+        chosen = [ordered[j] for j in uniform_indices(len(ordered), max_frames)]
+    else:
+        chosen = ordered
+    frames: list[Frame] = []
+    for index, group in groupby(chosen, key=lambda s: s[0]):
+        session = sessions[index]
+        entry = cache.entry(session.video)
+        samples = [i for _, i in group]
+        for i, jpeg in zip(samples, entry.jpegs(samples)):
+            offset = entry.offset(i)
+            frames.append(Frame(session.key, float(offset), session.start + math.floor(offset), jpeg))
+    return frames
+
+
+def prefix_spans(trajectory: Trajectory, instance: Instance) -> list[Span]:
+    """The current session from its start to the probe time (inclusive)."""
+    session = trajectory.session(instance.session)
+    return [Span(session.key, session.start, instance.probe_time)]
+
+
+def raw_video_spans(trajectory: Trajectory, instance: Instance) -> list[Span]:
+    """Raw video as memory: every visible prior session in full, then the current prefix."""
+    prior = [trajectory.session(k) for k in instance.visible_sessions if k != instance.session]
+    return [Span(s.key, s.start, s.end) for s in prior] + prefix_spans(trajectory, instance)
+
+
+def raw_video_frames(cache: FrameCache, trajectory: Trajectory, instance: Instance, max_frames: int = 1024) -> list[Frame]:
+    """Raw-video-as-memory input: prior visible sessions + current prefix, uniformly down to ``max_frames``."""
+    return select_frames(cache, trajectory, instance, raw_video_spans(trajectory, instance), max_frames=max_frames)
+
+
+def prefix_frames(cache: FrameCache, trajectory: Trajectory, instance: Instance, max_frames: int = 1024) -> list[Frame]:
+    """Current-prefix input (e.g. next to text memory), uniformly down to ``max_frames``."""
+    return select_frames(cache, trajectory, instance, prefix_spans(trajectory, instance), max_frames=max_frames)
+
+
+def recent_frames(cache: FrameCache, trajectory: Trajectory, instance: Instance, n: int = SIMPLESTREAM_FRAMES) -> list[Frame]:
+    """The ``n`` latest samples of the current prefix (SimpleStream: 4), ending at the probe second."""
+    return select_frames(cache, trajectory, instance, prefix_spans(trajectory, instance), recent=n)

@@ -1,0 +1,140 @@
+"""Frame cache: slot rule on pixels, content keys, reuse, corruption → rebuild, concurrent builders."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import multiprocessing.synchronize
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from videogen import cfr, make_video, read_code
+
+from apm.data.model import Release, Session, Trajectory
+from apm.video import cache as cache_mod
+from apm.video.cache import CACHE_DIR_ENV, FrameCache, build_release_cache, default_cache_dir
+from apm.video.frames import Frame
+from apm.video.store import CorruptEntryError, EntryFile, write_entry
+
+
+def pixels(jpeg: bytes) -> np.ndarray:
+    return Frame("DAY1/S001", 0.0, 0, jpeg).pixels()
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """10 fps, last frame at 12.3 s, so 13 slots (0..12)."""
+    return make_video(tmp_path_factory.mktemp("v") / "clip.mp4", cfr(12.3))
+
+
+def test_slot_k_shows_the_frame_at_k_seconds(clip: Path, tmp_path: Path) -> None:
+    entry = FrameCache(tmp_path).entry(clip)
+    assert entry.count == len(entry) == 13
+    assert [read_code(pixels(j)) for j in entry.jpegs(range(entry.count))] == [100 * k for k in range(13)]
+
+
+def test_fps_and_max_side_are_settings(clip: Path, tmp_path: Path) -> None:
+    entry = FrameCache(tmp_path, fps=2.0, max_side=48).entry(clip)
+    assert entry.count == 25  # floor(2 * 12.3) + 1
+    assert entry.offset(3) == 1.5
+    assert read_code(pixels(entry.jpeg(3))) == 150
+    assert pixels(entry.jpeg(0)).shape == (32, 48, 3)
+    assert pixels(FrameCache(tmp_path, max_side=448).entry(clip).jpeg(0)).shape == (64, 96, 3)  # never enlarged
+
+
+def test_entry_is_keyed_by_content_and_reused(clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = FrameCache(tmp_path / "c").entry(clip)
+    copy = shutil.copy(clip, tmp_path / "elsewhere.mp4")
+    monkeypatch.setattr(cache_mod, "sample_jpegs", lambda *a: pytest.fail("rebuilt a valid entry"))
+    again = FrameCache(tmp_path / "c").entry(copy)
+    assert again.path == first.path
+    assert FrameCache(tmp_path / "c", jpeg_quality=50).key(clip) != first.key
+    other = make_video(tmp_path / "other.mp4", cfr(2))
+    assert FrameCache(tmp_path / "c").key(other) != first.key
+
+
+def test_digest_memo_follows_file_changes(tmp_path: Path) -> None:
+    video = make_video(tmp_path / "v.mp4", cfr(2))
+    cache = FrameCache(tmp_path / "c")
+    before = cache.key(video)
+    make_video(video, cfr(3))
+    assert cache.key(video) != before
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "foreign"])
+def test_invalid_entry_is_rebuilt_not_read(clip: Path, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+    good = FrameCache(tmp_path).entry(clip)
+    expected = good.jpegs(range(good.count))
+    data = good.path.read_bytes()
+    if damage == "truncate":
+        good.path.write_bytes(data[: len(data) - 100])
+    elif damage == "flip":
+        good.path.write_bytes(data[:5000] + bytes([data[5000] ^ 0xFF]) + data[5001:])
+    else:
+        write_entry(good.path, {"key": "someone-else"}, [b"x"])
+    with pytest.raises(CorruptEntryError):
+        EntryFile.open(good.path, good.key)
+    with caplog.at_level(logging.WARNING):
+        rebuilt = FrameCache(tmp_path).entry(clip)
+    assert "rebuilding" in caplog.text
+    assert rebuilt.jpegs(range(rebuilt.count)) == expected
+
+
+def test_failed_build_leaves_nothing(tmp_path: Path) -> None:
+    def broken():
+        yield b"jpeg"
+        raise RuntimeError("decoder died")
+
+    target = tmp_path / "e.apmf"
+    with pytest.raises(RuntimeError):
+        write_entry(target, {"key": "k"}, broken())
+    assert list(tmp_path.iterdir()) == []
+
+
+def _build_and_read(cache_dir: str, video: str, start: "mp.synchronize.Barrier", out: "mp.Queue[list[bytes]]") -> None:
+    start.wait()
+    entry = FrameCache(cache_dir).entry(video)
+    out.put(entry.jpegs(range(entry.count)))
+
+
+def test_two_processes_build_the_same_entry(tmp_path: Path) -> None:
+    video = make_video(tmp_path / "v.mp4", cfr(30), size=(160, 120))
+    ctx = mp.get_context("spawn")
+    results: mp.Queue[list[bytes]] = ctx.Queue()
+    start = ctx.Barrier(2)
+    args = (str(tmp_path / "c"), str(video), start, results)
+    procs = [ctx.Process(target=_build_and_read, args=args) for _ in range(2)]
+    for p in procs:
+        p.start()
+    frames = [results.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert frames[0] == frames[1] and len(frames[0]) == 31
+    entries = list((tmp_path / "c").rglob("*.apmf*"))
+    assert [e.suffix for e in entries if not e.name.endswith(".lock")] == [".apmf"]  # no temp files left
+
+
+def test_cache_dir_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "env"))
+    assert default_cache_dir() == tmp_path / "env"
+    assert default_cache_dir(tmp_path / "flag") == tmp_path / "flag"
+    monkeypatch.delenv(CACHE_DIR_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "apm" / "frames"
+
+
+def test_build_release_cache_reports_bad_videos(clip: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"not a video")
+    gone = tmp_path / "gone.mp4"
+    videos = [clip, bad, clip, gone]
+    sessions = tuple(Session("T1", "DAY1", f"S00{i}", i, 100 * i, 100 * i + 12, v) for i, v in enumerate(videos))
+    release = Release(tmp_path, (Trajectory("T1", "test", "t", sessions),), ())
+    report = build_release_cache(release, tmp_path / "c", workers=2, progress=False)
+    assert report.ready == (clip.resolve(),)
+    assert [e.path for e in report.failed] == [bad.resolve(), gone.resolve()]
+    assert report.failed[1].reason == "no such file"
+    assert FrameCache(tmp_path / "c").entry(clip).count == 13

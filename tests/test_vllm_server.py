@@ -1,0 +1,150 @@
+"""Server lifecycle of the vLLM backbone, with the loopback fake server standing in for ``vllm serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from apm.backbones import Message, Request
+from apm.backbones.vllm_server import VLLMServerBackbone
+
+FAKE = ["{python}", "-m", "apm.backbones.fake_server"]
+REQUEST = Request((Message.text("user", "hi"),), request_id="k")
+
+
+def fake(tmp_path: Path, *args: str, **kw) -> VLLMServerBackbone:
+    return VLLMServerBackbone(
+        model="/models/tiny", name="Tiny VLM", python=sys.executable, command=FAKE + list(args),
+        log_dir=str(tmp_path), **kw,
+    )
+
+
+def gone(pid: int, within: float = 5.0) -> bool:
+    """True once no process has ``pid`` (zombies reaped by us count as gone)."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_argv_carries_the_engine_settings(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    b = VLLMServerBackbone(
+        model="Qwen/Qwen3-VL-8B-Instruct", served_model_name="q", tensor_parallel_size="auto", max_model_len=4096,
+        limit_mm_per_prompt={"video": 1}, enable_prefix_caching=False, dtype="bfloat16", extra_args=["--x"],
+    )
+    assert b.argv(9) == [
+        "vllm", "serve", "Qwen/Qwen3-VL-8B-Instruct", "--host", "127.0.0.1", "--port", "9", "--served-model-name",
+        "q", "--tensor-parallel-size", "2", "--max-model-len", "4096", "--limit-mm-per-prompt", '{"video": 1}',
+        "--no-enable-prefix-caching", "--dtype", "bfloat16", "--x",
+    ]
+    cpu = VLLMServerBackbone(model="m", python="/venv/bin/python")
+    assert cpu.argv(9)[:5] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    assert cpu.model == "m"  # requests name the served model
+
+
+def test_launch_wait_serve_log_and_stop(tmp_path: Path):
+    b = fake(tmp_path, "--ready-after", "0.5")
+
+    async def main() -> tuple[int, str]:
+        async with b:
+            r = await b.generate(REQUEST)
+            assert r.ok and r.text == '{"answer":"A"}'
+            return b._proc.pid, b.base_url
+
+    pid, url = asyncio.run(main())
+    assert gone(pid) and b._proc is None
+    log = (tmp_path / "vllm-server-Tiny_VLM.log").read_text()
+    assert f"PORT {url.split(':')[-1].split('/')[0]}" in log
+
+
+def test_server_stopped_when_the_job_raises(tmp_path: Path):
+    b = fake(tmp_path)
+
+    async def main() -> None:
+        async with b:
+            box.append(b._proc.pid)
+            raise KeyError("boom")
+
+    box: list[int] = []
+    with pytest.raises(KeyError):
+        asyncio.run(main())
+    assert gone(box[0])
+
+
+def test_a_server_that_dies_at_startup_is_reported_with_its_log(tmp_path: Path):
+    b = VLLMServerBackbone(model="m", python=sys.executable, log_dir=str(tmp_path),
+                           command=["{python}", "-c", "print('CUDA out of memory'); raise SystemExit(3)"])
+    with pytest.raises(RuntimeError, match="exited with 3(.|\n)*CUDA out of memory"):
+        asyncio.run(b.start())
+
+
+def test_startup_deadline_and_sigkill_for_a_server_ignoring_sigterm(tmp_path: Path):
+    marker = f"--marker={uuid.uuid4()}"  # ignored by the server; finds its process below
+    b = fake(tmp_path, "--ready-after", "60", "--ignore-sigterm", marker, startup_timeout_s=1.0, stop_timeout_s=0.3)
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match="not healthy after 1s"):
+        asyncio.run(b.start())
+    assert time.monotonic() - began < 5 and b._proc is None
+    assert not any(marker in cmdline for cmdline in _cmdlines())
+
+
+def test_launch_false_uses_a_running_server():
+    with pytest.raises(ValueError, match="base_url"):
+        VLLMServerBackbone(model="m", launch=False)
+    b = VLLMServerBackbone(model="m", launch=False, base_url="http://127.0.0.1:1/v1/")
+    assert b.base_url == "http://127.0.0.1:1/v1" and b._proc is None
+
+
+def _cmdlines() -> list[str]:
+    out = []
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            out.append(p.read_bytes().decode(errors="replace"))
+        except OSError:
+            pass  # exited while we looked
+    return out
+
+
+HARNESS = textwrap.dedent(
+    """
+    import asyncio, signal, sys, time
+    from apm.backbones.vllm_server import VLLMServerBackbone
+    if sys.argv[1] == "chain":
+        signal.signal(signal.SIGUSR2, lambda s, f: (print("previous handler ran", flush=True), sys.exit(7)))
+    b = VLLMServerBackbone(model="m", python=sys.executable, log_dir=sys.argv[2],
+                           command=["{python}", "-m", "apm.backbones.fake_server"])
+    asyncio.run(b.start())
+    print("SERVER", b._proc.pid, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+@pytest.mark.parametrize(("mode", "sig", "code"), [("chain", signal.SIGUSR2, 7), ("default", signal.SIGTERM, -15)])
+def test_signals_stop_the_server_then_chain(tmp_path: Path, mode: str, sig: int, code: int):
+    proc = subprocess.Popen([sys.executable, "-c", HARNESS, mode, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("SERVER"), line
+        server = int(line.split()[1])
+        proc.send_signal(sig)
+        assert proc.wait(10) == code
+        assert gone(server)
+        if mode == "chain":
+            assert "previous handler ran" in proc.stdout.read()
+    finally:
+        proc.kill()
