@@ -141,3 +141,24 @@ def test_records_validate_against_the_documented_schema(tiny, cache, tmp_path):
     bad = dict(recs[0], task="XX")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, record_schema)
+
+
+def test_text_summaries_are_kib_and_raw_video_mib_scale(tiny, cache, tmp_path, monkeypatch):
+    """A real (tiny, random-weight) VLM writes the summaries; storage is what lies on disk."""
+    from tiny_vlm import build_tiny_qwen2vl_once
+
+    monkeypatch.setenv("APM_TINY_MODEL", str(build_tiny_qwen2vl_once(tmp_path / "model")))
+    text_dir = run(compose_run(tiny, tmp_path, cache, [
+        "memory=text_summary", "memory.max_tokens=128", "backbone=random", "+backbone@writer=tiny_qwen2vl_hf",
+        "dataset.tasks=[ER]",
+    ]))
+    video_dir = run(compose_run(tiny, tmp_path, cache, ["memory=raw_video", "backbone=random", "dataset.tasks=[ER]"]))
+    for run_dir in (text_dir, video_dir):
+        for m in memory_records(run_dir):
+            if m["session_index"] == 3:
+                assert m["bytes"] == state_bytes(run_dir / "memory_state" / m["trajectory_id"])
+    text_peak = max(m["bytes"] for m in memory_records(text_dir))
+    video_peak = max(m["bytes"] for m in memory_records(video_dir))
+    assert 1024 <= text_peak < 64 * 1024, text_peak
+    assert video_peak >= 512 * 1024 and video_peak > 20 * text_peak, video_peak
+    assert {m["writer_parse_status"] for m in memory_records(text_dir)} <= {"ok", "repaired", "failed"}

@@ -17,12 +17,7 @@ CONF = Path(__file__).resolve().parent.parent / "conf" / "backbone"
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random Qwen2-VL, built once per test session."""
-    from apm.backbones.tiny import build_tiny_qwen2vl
-
-    path = tmp_path_factory.getbasetemp() / "tiny-qwen2vl"
-    if not (path / "model.safetensors").exists():
-        build_tiny_qwen2vl(path)
-    return path
+    return build_tiny_qwen2vl_once(tmp_path_factory.getbasetemp() / "tiny-qwen2vl")
 
 
 def make_frames(
@@ -45,3 +40,12 @@ def frames_request(frames: list[Frame], text: str = "What happens?", max_tokens:
     """One user turn: the frames, then the question."""
     parts = (*(FramePart(f) for f in frames), TextPart(text))
     return Request((Message("user", parts),), GenerationSettings(max_tokens=max_tokens, **settings))
+
+
+def build_tiny_qwen2vl_once(path: Path) -> Path:
+    """The tiny model at ``path``, built unless it is already there."""
+    from apm.backbones.tiny import build_tiny_qwen2vl
+
+    if not (path / "model.safetensors").exists():
+        build_tiny_qwen2vl(path)
+    return path
