@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from apm.backbones import _torchvision_cpu_fix
-from apm.backbones.base import Backbone, FramePart, GenerationSettings, Message, Request, Response
+from apm.backbones.local import WorkerThreadBackbone
+from apm.backbones.base import FramePart, GenerationSettings, Message, Request, Response
 
 _torchvision_cpu_fix.install()
 
@@ -67,7 +66,7 @@ class _FirstTokenClock:
         """Nothing to flush."""
 
 
-class HFBackbone(Backbone):
+class HFBackbone(WorkerThreadBackbone):
     """A local transformers VLM, run on one worker thread so ``generate`` never blocks the loop.
 
     ``frames_as`` sends each run of frames as a video (default) or as separate images;
@@ -95,33 +94,8 @@ class HFBackbone(Backbone):
         self.device = device
         self.processor_kwargs = dict(processor_kwargs or {})
         self.trust_remote_code = trust_remote_code
-        self._executor: ThreadPoolExecutor | None = None
         self._model: Any = None
         self._processor: Any = None
-
-    async def start(self) -> None:
-        """Load processor and weights on the worker thread."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"apm-{self.name}")
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
-
-    async def close(self) -> None:
-        """Drop the weights and the worker thread."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-        self._executor = self._model = self._processor = None
-
-    async def generate(self, request: Request) -> Response:
-        """Answer on the worker thread; ``ttft_s``/``total_s`` count from when the worker takes it up."""
-        if self._executor is None:
-            raise RuntimeError(f"backbone {self.name!r} used before start()")
-        started = time.perf_counter()
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._generate, request, started
-            )
-        except Exception as exc:  # recorded, not raised: the run goes on
-            return Response(error=f"{type(exc).__name__}: {exc}", elapsed_s=time.perf_counter() - started)
 
     def _load(self) -> None:
         import torch
@@ -135,6 +109,9 @@ class HFBackbone(Backbone):
             self.model_path, dtype=dtype, trust_remote_code=self.trust_remote_code
         )
         self._model.to(self.device).eval()
+
+    def _unload(self) -> None:
+        self._model = self._processor = None
 
     def _inputs(self, request: Request) -> Any:
         chat = to_chat_inputs(request.messages, self.frames_as)

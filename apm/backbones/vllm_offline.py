@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from apm.backbones.base import Backbone, GenerationSettings, Request, Response
+from apm.backbones.base import GenerationSettings, Request, Response
 from apm.backbones.hf import FramesAs, to_chat_inputs
+from apm.backbones.local import WorkerThreadBackbone
 
 
-class VLLMOfflineBackbone(Backbone):
+class VLLMOfflineBackbone(WorkerThreadBackbone):
     """``vllm.LLM`` run on one worker thread, one request at a time.
 
     The prompt is rendered with the model's own chat template from the same chat turns as
@@ -34,34 +33,8 @@ class VLLMOfflineBackbone(Backbone):
         self.frames_as = frames_as
         self.max_frames = max_frames
         self.engine = dict(engine or {})
-        self._executor: ThreadPoolExecutor | None = None
         self._llm: Any = None
         self._processor: Any = None
-
-    async def start(self) -> None:
-        """Build the engine on the worker thread."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"apm-{self.name}")
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
-
-    async def close(self) -> None:
-        """Shut the engine down and drop the worker thread."""
-        if self._executor is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._unload)
-            self._executor.shutdown(wait=True)
-        self._executor = None
-
-    async def generate(self, request: Request) -> Response:
-        """Answer on the worker thread; failures come back in ``Response.error``."""
-        if self._executor is None:
-            raise RuntimeError(f"backbone {self.name!r} used before start()")
-        started = time.perf_counter()
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._generate, request, started
-            )
-        except Exception as exc:  # recorded, not raised: the run goes on
-            return Response(error=f"{type(exc).__name__}: {exc}", elapsed_s=time.perf_counter() - started)
 
     def _load(self) -> None:
         from transformers import AutoProcessor
