@@ -4,7 +4,7 @@ The backbone (``random``, seeded by the instance key) answers instantly, so ever
 preparation, causal frame selection from the (pre-built) frame cache, prompt assembly, parsing,
 record writing. Prints a Markdown table for docs/performance.md.
 
-    .venv/bin/python bench/bench_runner.py [--scale small] [--max-frames 1024]
+    .venv/bin/python bench/bench_runner.py [--scale small] [--max-frames 1024] [--trajectories N]
 """
 
 from __future__ import annotations
@@ -54,10 +54,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--scale", default="small")
     p.add_argument("--max-frames", type=int, default=1024)
+    p.add_argument("--trajectories", type=int, default=None, help="only the first N trajectories (paper scale: 1)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        root = generate(tmp / "release", seed=0, scale=args.scale)
+        root = generate(tmp / "release", seed=0, scale=args.scale, limit_trajectories=args.trajectories)
         build_release_cache(load_release(root), tmp / "cache", progress=False)
         rows = [bench(m, root, tmp / "runs", tmp / "cache", args.max_frames) for m in ("none", "raw_video", "text_summary")]
     print(f"machine: {cpu_model()}, {platform.python_version()}")
