@@ -69,11 +69,7 @@ def session_interactions(release: Release, trajectory: Trajectory, session: Sess
         if c.trajectory_id != trajectory.trajectory_id:
             continue
         for inst in candidate_instances(c, trajectory):
-            turns.update(
-                Turn(t.kind, t.time, t.text if t.kind == "registration" else c.fields.get("question", ""))
-                for t in inst.turns
-                if t.kind != "interval_marker" and session.start <= t.time <= session.end
-            )
+            turns.update(t for t in inst.turns if t.kind != "interval_marker" and session.start <= t.time <= session.end)
     return tuple(sorted(turns, key=lambda t: (t.time, t.kind, t.text)))
 
 
