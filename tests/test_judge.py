@@ -123,3 +123,11 @@ def test_gate_only_reference_judge_scores_every_gate_pass_5(oracle_run, tmp_path
     judged = list(read_folder(run_dir / "judgements"))
     assert stats.judged == len(judged) > 0 and {j["score"] for j in judged} == {5}
     assert {j["judge"] for j in judged} == {"Gate-only reference judge (no LLM)"}
+
+
+def test_judge_runs_inline_at_the_end_of_apm_run(tmp_path):
+    tiny = generate(tmp_path / "tiny", seed=3, scale="tiny")
+    run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache",
+                              ["memory=none", "backbone=oracle", "dataset.tasks=[RCR]", "judge=gate_only"]))
+    judged = list(read_folder(run_dir / "judgements"))
+    assert len(judged) == len(records(run_dir)) > 0 and {j["status"] for j in judged} == {"ok"}

@@ -26,6 +26,7 @@ from apm.data.release import load_release
 from apm.runner.config import config_hash, register, run_name, slug
 from apm.runner.online import OnlineRun, RunSetup, RunStats
 from apm.runner.shards import shard_trajectories
+from apm.scale import ledger
 from apm.video.cache import FrameCache
 
 log = logging.getLogger("apm.run")
@@ -98,6 +99,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
 async def run_async(cfg: DictConfig) -> RunStats:
     setup, trajectories, instances = build_setup(cfg)
     save_config(cfg, setup.run_dir)
+    ledger.job_started(setup.run_dir, setup.shard_label, trajectories, instances)
     sink = _wandb_sink(cfg, setup)
     progress = tqdm(total=len(instances), desc=f"{setup.run_info['memory']} · {setup.run_info['backbone']}",
                     unit="inst", disable=not cfg.logging.progress, dynamic_ncols=True)
@@ -107,10 +109,23 @@ async def run_async(cfg: DictConfig) -> RunStats:
             stats = await OnlineRun(setup, on_record=sink, progress=progress).run(trajectories, instances)
     finally:
         progress.close()
+        ledger.job_ended(setup.run_dir, setup.shard_label, stats, sys.exc_info()[1])
         if sink is not None:
             sink.close(_summary(stats))
     print(closing_line(setup, stats))
+    if cfg.judge is not None:
+        await judge_inline(cfg, setup.run_dir)
     return stats
+
+
+async def judge_inline(cfg: DictConfig, run_dir: Path) -> None:
+    """``judge=<config>`` on ``apm-run``: the judge stage on this run directory once the run ends."""
+    from apm.judge.stage import JudgeStage
+
+    judge = _instantiate(cfg.judge)
+    async with _started(judge):
+        stats = await JudgeStage(judge, concurrency=cfg.concurrency).run([run_dir])
+    print(f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed, {stats.cached} already judged")
 
 
 class _started:

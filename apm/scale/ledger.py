@@ -1,0 +1,82 @@
+"""Per-shard job ledger in ``<run dir>/jobs/shard-<i>-of-<n>/``: the plan and the jobs' events.
+
+``plan.json`` (written when a job starts) lists the shard's instance keys, so progress is known from
+the records alone. ``ledger.jsonl`` gets one line per event: ``submitted`` (by ``apm-submit``),
+``started`` and ``ended`` (by the runner), each with the scheduler's job id, so ``apm-status`` can
+ask SLURM about the job, or judge it from the ledger where there is no scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from apm.runner.records import JsonlAppender, done_keys, read_jsonl
+
+PLAN = "plan.json"
+LEDGER = "ledger.jsonl"
+
+
+def shard_dir(run_dir: Path, shard: str) -> Path:
+    """Where a shard's plan, ledger and Hydra output live."""
+    return Path(run_dir) / "jobs" / shard
+
+
+def scheduler_job_id() -> str | None:
+    """This process's SLURM job id (``<array job>_<task>`` for an array task), or None outside SLURM."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
+
+
+def append_event(run_dir: Path, shard: str, event: str, **fields: Any) -> None:
+    """Append one event line (flushed and synced) to the shard's ledger."""
+    appender = JsonlAppender(shard_dir(run_dir, shard) / LEDGER)
+    try:
+        appender.append({"event": event, "time": time.time(), **fields})
+    finally:
+        appender.close()
+
+
+def read_events(run_dir: Path, shard: str) -> list[dict[str, Any]]:
+    path = shard_dir(run_dir, shard) / LEDGER
+    return list(read_jsonl(path)) if path.exists() else []
+
+
+def read_plan(run_dir: Path, shard: str) -> dict[str, Any] | None:
+    path = shard_dir(run_dir, shard) / PLAN
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def job_started(run_dir: Path, shard: str, trajectories: Iterable[Any], instances: Iterable[Any]) -> None:
+    """Write the shard's plan and a ``started`` event (with how much was already on record, for ETAs)."""
+    keys = [i.key for i in instances]
+    trajectories = list(trajectories)
+    plan = {
+        "shard": shard,
+        "instances": len(keys),
+        "trajectories": [t.trajectory_id for t in trajectories],
+        "video_seconds": sum(t.video_seconds for t in trajectories),
+        "keys": keys,
+    }
+    folder = shard_dir(run_dir, shard)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{PLAN}.{os.getpid()}"
+    tmp.write_text(json.dumps(plan))
+    tmp.replace(folder / PLAN)
+    on_record = len(done_keys(Path(run_dir) / "records") & set(keys))
+    append_event(run_dir, shard, "started", job_id=scheduler_job_id(), host=socket.gethostname(), pid=os.getpid(),
+                 restarts=int(os.environ.get("SLURM_RESTART_COUNT", 0)), on_record=on_record)
+
+
+def job_ended(run_dir: Path, shard: str, stats: Any, error: BaseException | None) -> None:
+    """An ``ended`` event: ``finished`` with the run's counts, or ``interrupted`` with why."""
+    if stats is not None and error is None:
+        append_event(run_dir, shard, "ended", job_id=scheduler_job_id(), status="finished",
+                     new=stats.new, errors=stats.errors)
+    else:
+        append_event(run_dir, shard, "ended", job_id=scheduler_job_id(), status="interrupted",
+                     error=f"{type(error).__name__}: {error}" if error else None)

@@ -1,0 +1,196 @@
+"""``apm-status RUN_ROOT``: per config and shard, instances done / total, errors, the job's state, ETA.
+
+Progress comes from the records and each shard's ``plan.json``; the job's state from SLURM (``squeue``,
+``sacct``) when it is there, else from the ledger the submitter and the runner write. So it works
+while jobs run, after they end, and on a machine without SLURM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from apm.runner.records import read_folder, read_jsonl
+from apm.scale import ledger, scheduler
+
+FAILED = {"failed", "cancelled", "timeout", "out_of_memory", "node_fail", "preempted", "boot_fail", "deadline",
+          "interrupted", "died", "incomplete", "lost"}
+"""Shard states that need a resubmission."""
+
+
+@dataclass
+class ShardStatus:
+    """One shard of one config, as far as the records, the plan and the scheduler tell."""
+
+    run: str
+    shard: str
+    state: str
+    done: int
+    total: int | None
+    errors: int
+    duplicates: int
+    job_id: str | None
+    eta_s: float | None
+
+    @property
+    def failed(self) -> bool:
+        return self.state in FAILED
+
+    @property
+    def active(self) -> bool:
+        return self.state.upper() in scheduler.ACTIVE or self.state in {"submitted", "running?"}
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Run dirs at or below ``root``: folders with a ``records/`` or ``jobs/shard-*`` inside."""
+    found = {p.parent.parent for p in root.glob("**/jobs/shard-*-of-*")}
+    found |= {p.parent.parent for p in root.glob("**/records/shard-*-of-*.jsonl")}
+    return sorted(found)
+
+
+def shards_of(run_dir: Path) -> list[str]:
+    """Shard labels with a job folder or a records file, by count then index."""
+    labels = {p.name for p in (run_dir / "jobs").glob("shard-*-of-*")} | {
+        p.stem for p in (run_dir / "records").glob("shard-*-of-*.jsonl")}
+    return sorted(labels, key=lambda s: tuple(int(x) for x in s.split("-")[1::2]))
+
+
+def record_counts(run_dir: Path) -> tuple[dict[str, bool], Counter]:
+    """Per key: whether its last record is free of errors; and how often each key is on record."""
+    last: dict[str, bool] = {}
+    seen: Counter = Counter()
+    for rec in read_folder(run_dir / "records"):
+        last[rec["key"]] = rec.get("error") is None
+        seen[rec["key"]] += 1
+    return last, seen
+
+
+def _shard_keys(run_dir: Path, shard: str, plan: dict[str, Any] | None) -> list[str]:
+    """The plan's keys, or (no plan yet) the keys in the shard's own records file."""
+    if plan is not None:
+        return plan["keys"]
+    path = run_dir / "records" / f"{shard}.jsonl"
+    return list(dict.fromkeys(r["key"] for r in read_jsonl(path))) if path.exists() else []
+
+
+def last_job_id(events: list[dict[str, Any]]) -> str | None:
+    return next((e["job_id"] for e in reversed(events) if e.get("job_id")), None)
+
+
+def _ledger_state(events: list[dict[str, Any]]) -> str:
+    """The job's state judged from the ledger alone (no scheduler to ask)."""
+    if not events:
+        return "not started"
+    last = events[-1]
+    if last["event"] == "submitted":
+        return "submitted"
+    if last["event"] == "ended":
+        return "incomplete" if last.get("status") == "finished" else "interrupted"
+    if last.get("host") != socket.gethostname():
+        return "running?"
+    try:
+        os.kill(int(last["pid"]), 0)
+    except (ProcessLookupError, PermissionError, TypeError, ValueError):
+        return "died"
+    return "running"
+
+
+def _eta(events: list[dict[str, Any]], done: int, total: int | None, now: float) -> float | None:
+    """Seconds left at the rate of the current attempt (records since its start ÷ time since)."""
+    started = next((e for e in reversed(events) if e["event"] == "started"), None)
+    if started is None or total is None or done >= total:
+        return None
+    made = done - started.get("on_record", 0)
+    elapsed = now - started["time"]
+    return (total - done) * elapsed / made if made > 0 and elapsed > 0 else None
+
+
+def shard_status(root: Path, run_dir: Path, shard: str, last: dict[str, bool], seen: Counter,
+                 job_states: dict[str, str] | None, now: float) -> ShardStatus:
+    """The status of one shard from its records, plan, ledger and (if known) the scheduler's states."""
+    plan = ledger.read_plan(run_dir, shard)
+    events = ledger.read_events(run_dir, shard)
+    keys = _shard_keys(run_dir, shard, plan)
+    done = sum(1 for k in keys if k in last)
+    total = plan["instances"] if plan is not None else None
+    job_id = last_job_id(events)
+    sched = (job_states or {}).get(job_id or "")
+    if total is not None and done >= total:
+        state = "done"
+    elif sched is not None and sched != "COMPLETED":
+        state = sched.lower()
+    elif sched == "COMPLETED":
+        state = "incomplete"
+    elif job_states is not None and events and events[-1]["event"] == "submitted":
+        state = "lost"  # submitted, but SLURM no longer knows the job
+    else:
+        state = _ledger_state(events)
+    eta = _eta(events, done, total, now) if state == "running" else None
+    return ShardStatus(
+        run=str(run_dir.relative_to(root)) if run_dir != root else ".", shard=shard, state=state, done=done,
+        total=total, errors=sum(1 for k in keys if last.get(k) is False),
+        duplicates=sum(1 for k in keys if seen[k] > 1), job_id=job_id, eta_s=eta,
+    )
+
+
+def sweep_status(root: Path) -> list[ShardStatus]:
+    """Every shard of every run dir below ``root``."""
+    root = Path(root)
+    pairs = [(d, s) for d in run_dirs(root) for s in shards_of(d)]
+    job_states = scheduler.states(last_job_id(ledger.read_events(d, s)) or "" for d, s in pairs)
+    now = time.time()
+    out = []
+    for run_dir in run_dirs(root):
+        last, seen = record_counts(run_dir)
+        out += [shard_status(root, run_dir, s, last, seen, job_states, now) for s in shards_of(run_dir)]
+    return out
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def render(rows: list[ShardStatus]) -> str:
+    """A table per shard and a one-line summary of the sweep."""
+    w = max([len(r.run) for r in rows] + [3])
+    lines = [f"{'run':<{w}} {'shard':<14} {'state':<12} {'done/total':>12} {'errors':>6} {'dup':>4} {'job':>10} {'eta':>8}"]
+    for r in rows:
+        total = "?" if r.total is None else str(r.total)
+        lines.append(f"{r.run:<{w}} {r.shard:<14} {r.state:<12} {f'{r.done}/{total}':>12} {r.errors:>6} "
+                     f"{r.duplicates:>4} {r.job_id or '-':>10} {_clock(r.eta_s):>8}")
+    states = Counter(r.state for r in rows)
+    done, total = sum(r.done for r in rows), sum(r.total or 0 for r in rows)
+    etas = [r.eta_s for r in rows if r.eta_s is not None]
+    lines.append(f"{len(rows)} shards: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+                 + f" · {done}/{total} instances · {sum(r.errors for r in rows)} errors"
+                 + f" · ETA {_clock(max(etas)) if etas else '-'}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="apm-status", description=__doc__.splitlines()[0])
+    p.add_argument("root", type=Path, help="a run dir or any folder above run dirs (an output_root)")
+    p.add_argument("--json", action="store_true", help="one JSON object per shard instead of the table")
+    args = p.parse_args(argv)
+    rows = sweep_status(args.root)
+    if args.json:
+        for r in rows:
+            print(json.dumps(asdict(r) | {"failed": r.failed}))
+    else:
+        print(render(rows))
+    return 1 if any(r.failed for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""``apm-submit [-m] OVERRIDES…``: submit a whole sweep as one SLURM array and return at once.
+
+The sweep is expanded as Hydra's basic sweeper expands it (``hydra.sweeper.params`` of an experiment
+preset first, then the command line); a config without ``shard.index`` becomes one job per shard of
+its ``shard.count``. Shards already done, or with a job still pending or running, are skipped, so
+resubmitting the same command finishes only what is missing. Each array task runs ``apm-run`` with
+its overrides in-process and, on SLURM's warning signal or a time-out, is requeued (``checkpoint``)
+and resumes from its records. The launcher settings are the ``hydra/launcher`` preset's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from apm.runner.app import CONF_DIR, run_dir_of
+from apm.scale import ledger, scheduler
+from apm.scale.status import last_job_id, record_counts, shard_status
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One (config, shard) job: its ``apm-run`` overrides and where its records go."""
+
+    overrides: tuple[str, ...]
+    run_dir: Path
+    shard: str
+
+
+class RunShard:
+    """What each array task calls: ``apm-run OVERRIDES`` in this process; requeued, it resumes."""
+
+    def __call__(self, overrides: list[str]) -> None:
+        from apm.runner.app import main
+
+        sys.argv = ["apm-run", *overrides]
+        main()
+
+    def checkpoint(self, overrides: list[str]) -> Any:
+        """Called by submitit on the warning signal: rerun the same overrides (records are skipped)."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, overrides)
+
+
+def _compose(overrides: Sequence[str]) -> DictConfig:
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        return compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+def sweep_combinations(overrides: Sequence[str]) -> list[list[str]]:
+    """Every combination of the sweep: ``hydra.sweeper.params`` from the config, then the command line."""
+    parser = OverridesParser.create()
+    fixed = [o.input_line for o in parser.parse_overrides(list(overrides)) if not o.is_sweep_override()]
+    params = _compose(fixed).hydra.sweeper.params or {}
+    from_config = [f"{k}={v}" for k, v in params.items()]
+    return BasicSweeper.split_arguments(parser.parse_overrides(from_config + list(overrides)), None)[0]
+
+
+def expand(overrides: Sequence[str]) -> tuple[list[ShardJob], dict[str, Any]]:
+    """The sweep's (config, shard) jobs and the resolved ``hydra.launcher`` settings."""
+    jobs: list[ShardJob] = []
+    launcher: dict[str, Any] = {}
+    for combo in sweep_combinations(overrides):
+        cfg = _compose(combo)
+        launcher = launcher or OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+        given = any(o.split("=", 1)[0].lstrip("+~") == "shard.index" for o in combo)
+        indices = [cfg.shard.index] if given else range(cfg.shard.count)
+        for i in indices:
+            extra = [] if given else [f"shard.index={i}"]
+            jobs.append(ShardJob(tuple(combo + extra), run_dir_of(cfg), f"shard-{i}-of-{cfg.shard.count}"))
+    return jobs, launcher
+
+
+def make_executor(launcher: dict[str, Any]) -> Any:
+    """A submitit executor set up as Hydra's submitit launcher would set it up from the same preset."""
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+    params = dict(launcher)
+    cluster = "slurm" if params.pop("_target_").endswith("SlurmLauncher") else "local"
+    init = {f"{cluster}_max_num_timeout": params.pop("max_num_timeout")} if "max_num_timeout" in params else {}
+    executor = submitit.AutoExecutor(folder=params.pop("submitit_folder"), cluster=cluster, **init)
+    generic = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{k if k in generic else f"{cluster}_{k}": v for k, v in params.items()})
+    return executor
+
+
+def pending(jobs: list[ShardJob]) -> tuple[list[ShardJob], list[tuple[ShardJob, str]]]:
+    """Split jobs into those to submit and those to skip (with why: done, or still queued/running)."""
+    ids = [last_job_id(ledger.read_events(j.run_dir, j.shard)) or "" for j in jobs]
+    states = scheduler.states(ids)
+    todo, skipped = [], []
+    counts: dict[Path, Any] = {}
+    for job in jobs:
+        counts.setdefault(job.run_dir, record_counts(job.run_dir))
+        status = shard_status(job.run_dir, job.run_dir, job.shard, *counts[job.run_dir], states, 0.0)
+        if status.state == "done" or status.active:
+            skipped.append((job, status.state))
+        else:
+            todo.append(job)
+    return todo, skipped
+
+
+def submit(jobs: list[ShardJob], launcher: dict[str, Any]) -> list[tuple[ShardJob, str]]:
+    """Submit ``jobs`` as one array without waiting; record each in its shard's ledger."""
+    executor = make_executor(launcher)
+    handles = executor.map_array(RunShard(), [list(j.overrides) for j in jobs])
+    for job, handle in zip(jobs, handles):
+        ledger.append_event(job.run_dir, job.shard, "submitted", job_id=str(handle.job_id),
+                            overrides=list(job.overrides), log=str(handle.paths.stdout))
+    return [(job, str(h.job_id)) for job, h in zip(jobs, handles)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="apm-submit", description=__doc__.splitlines()[0])
+    p.add_argument("overrides", nargs="*", help="apm-run overrides, sweeps included (a,b / range(n))")
+    p.add_argument("-m", "--multirun", action="store_true", help="accepted as apm-run accepts it; always a sweep")
+    p.add_argument("--dry-run", action="store_true", help="list the jobs; submit nothing")
+    args = p.parse_args(argv)
+    jobs, launcher = expand(args.overrides)
+    todo, skipped = pending(jobs)
+    for job, why in skipped:
+        print(f"skip   {why:<10} {job.run_dir} {job.shard}")
+    if args.dry_run or not todo:
+        for job in todo:
+            print(f"would submit   {job.run_dir} {job.shard}  {' '.join(job.overrides)}")
+        return 0
+    for job, job_id in submit(todo, launcher):
+        print(f"submitted {job_id:<10} {job.run_dir} {job.shard}")
+    root = os.path.commonpath([str(j.run_dir) for j in jobs])
+    print(f"apm-submit: {len(todo)} jobs submitted, {len(skipped)} skipped; follow with: apm-status {root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

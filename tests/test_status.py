@@ -1,0 +1,91 @@
+"""``apm-status`` on a sweep built on disk: one shard finished, one running, one failed."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from apm.scale import ledger, scheduler, status
+
+KEYS = {i: [f"T{i}/c{j}/query" for j in range(10)] for i in range(3)}
+
+
+def write_shard(run: Path, index: int, done: int, errors: int, events: list[dict]) -> None:
+    label = f"shard-{index}-of-3"
+    folder = ledger.shard_dir(run, label)
+    folder.mkdir(parents=True)
+    keys = KEYS[index]
+    (folder / ledger.PLAN).write_text(json.dumps({"shard": label, "instances": len(keys), "keys": keys}))
+    (folder / ledger.LEDGER).write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run / "records").mkdir(exist_ok=True)
+    lines = [{"key": k, "error": "boom" if n < errors else None} for n, k in enumerate(keys[:done])]
+    (run / "records" / f"{label}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    run = tmp_path / "synthetic" / "simplestream" / "random-abc"
+    host, now = socket.gethostname(), time.time()
+    started = lambda job, pid, t: {"event": "started", "time": t, "job_id": job, "host": host, "pid": pid,  # noqa: E731
+                                   "on_record": 0}
+    write_shard(run, 0, 10, 2, [started("7_0", 1, now - 60), {"event": "ended", "time": now, "job_id": "7_0",
+                                                                 "status": "finished"}])
+    write_shard(run, 1, 4, 0, [started("7_1", os.getpid(), now - 20)])
+    write_shard(run, 2, 3, 0, [started("7_2", dead_pid(), now - 30)])
+    return tmp_path
+
+
+def by_shard(root: Path) -> dict[str, status.ShardStatus]:
+    return {r.shard: r for r in status.sweep_status(root)}
+
+
+def test_status_from_records_and_ledger_alone(sweep, monkeypatch):
+    monkeypatch.setattr(scheduler, "available", lambda: False)
+    rows = by_shard(sweep)
+    assert set(rows) == {"shard-0-of-3", "shard-1-of-3", "shard-2-of-3"}
+    done, running, failed = rows["shard-0-of-3"], rows["shard-1-of-3"], rows["shard-2-of-3"]
+    assert (done.state, done.done, done.total, done.errors, done.failed) == ("done", 10, 10, 2, False)
+    assert (running.state, running.done, running.total, running.active) == ("running", 4, 10, True)
+    assert running.eta_s == pytest.approx(30, rel=0.2)  # 4 records in 20 s, 6 to go
+    assert (failed.state, failed.done, failed.failed, failed.eta_s) == ("died", 3, True, None)
+    assert {r.run for r in rows.values()} == {"synthetic/simplestream/random-abc"}
+
+
+def test_status_asks_the_scheduler_when_there_is_one(sweep, monkeypatch):
+    monkeypatch.setattr(scheduler, "states", lambda ids: {"7_0": "COMPLETED", "7_1": "RUNNING", "7_2": "CANCELLED"})
+    rows = by_shard(sweep)
+    assert [rows[f"shard-{i}-of-3"].state for i in range(3)] == ["done", "running", "cancelled"]
+    assert rows["shard-2-of-3"].failed
+
+
+def test_cli_table_json_and_exit_code(sweep, monkeypatch, capsys):
+    monkeypatch.setattr(scheduler, "available", lambda: False)
+    assert status.main([str(sweep)]) == 1  # a failed shard
+    table = capsys.readouterr().out
+    assert "3 shards: 1 died, 1 done, 1 running · 17/30 instances · 2 errors" in table
+    assert status.main([str(sweep), "--json"]) == 1
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["shard"], r["state"], r["done"], r["failed"]) for r in rows] == [
+        ("shard-0-of-3", "done", 10, False), ("shard-1-of-3", "running", 4, False), ("shard-2-of-3", "died", 3, True)]
+
+
+def test_shard_without_plan_counts_its_own_records(tmp_path, monkeypatch):
+    monkeypatch.setattr(scheduler, "available", lambda: False)
+    records = tmp_path / "run" / "records"
+    records.mkdir(parents=True)
+    (records / "shard-0-of-2.jsonl").write_text('{"key": "a", "error": null}\n{"key": "a", "error": null}\n')
+    (row,) = status.sweep_status(tmp_path)
+    assert (row.shard, row.done, row.total, row.duplicates, row.state) == ("shard-0-of-2", 1, None, 1, "not started")
