@@ -59,6 +59,15 @@ def test_images_mode_sends_the_cached_jpeg_bytes_with_wall_clock_labels():
     assert body["response_format"] == {"type": "json_object"} and body["stop"] == ["}"] and body["stream"]
 
 
+def test_a_json_schema_is_sent_as_guided_json_only_where_the_engine_takes_it():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    req = Request((Message.text("user", "?"),), GenerationSettings(json_output=True, json_schema=schema))
+    guided = OpenAIBackbone(model="m", base_url="http://h/v1", json_schema_format=True).payload(req)
+    assert guided["response_format"] == {
+        "type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
+    assert OpenAIBackbone(model="m", base_url="http://h/v1").payload(req)["response_format"] == {"type": "json_object"}
+
+
 def test_video_mode_sends_one_jpeg_list_per_run_of_frames():
     req = frames_request(4)
     b = OpenAIBackbone(model="m", base_url="http://h/v1", frame_mode="video", turn_time_labels=False)

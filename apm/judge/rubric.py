@@ -20,6 +20,25 @@ CRITERIA: dict[str, tuple[str, ...]] = {
     "usefulness": ("pass", "partial", "fail", "not_applicable"),
 }
 REPLY_KEYS = {"score", "criterion_checks", "critical_issues", "justification"}
+REPLY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "score": {"type": "integer", "minimum": 1, "maximum": 5},
+        "criterion_checks": {
+            "type": "object",
+            "properties": {name: {"type": "string", "enum": list(allowed)} for name, allowed in CRITERIA.items()},
+            "required": list(CRITERIA),
+            "additionalProperties": False,
+        },
+        "critical_issues": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 5},
+        "justification": {"type": "string", "maxLength": 600},
+    },
+    "required": sorted(REPLY_KEYS),
+    "additionalProperties": False,
+}
+"""The A.3 reply as a JSON Schema, for engines that decode to one; :func:`check_reply` still decides.
+The length caps (not in A.3) keep a guided reply within the judge's 512 tokens: a small model would
+otherwise list issues until it is cut off mid-JSON."""
 
 REFERENCE_FIELDS = {
     "ERA": ("question", "choices", "correct_option_id", "answer_evidence_moments", "ideal_response_window"),

@@ -20,7 +20,7 @@ from typing import Any
 from apm.backbones.base import GenerationSettings, Message, Request
 from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE
-from apm.judge.rubric import RUBRIC_VERSION, check_reply, judge_prompt, probe_reference
+from apm.judge.rubric import REPLY_SCHEMA, RUBRIC_VERSION, check_reply, judge_prompt, probe_reference
 from apm.runner.records import JsonlAppender, read_folder
 
 JUDGE_SYSTEM = "You are an impartial evaluator. Reply with exactly one JSON object."
@@ -61,7 +61,8 @@ class JudgeStage:
         self.judge = judge
         self.concurrency = concurrency
         self.invalid_retries = invalid_retries
-        self.settings = GenerationSettings(max_tokens=max_tokens, temperature=0.0, json_output=True)
+        self.settings = GenerationSettings(max_tokens=max_tokens, temperature=0.0, json_output=True,
+                                           json_schema=REPLY_SCHEMA)
         self.stats = JudgeStats()
 
     async def run(self, run_dirs: list[Path]) -> JudgeStats:

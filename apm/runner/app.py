@@ -72,6 +72,10 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
     backbone = _instantiate(cfg.backbone)
     writer = _instantiate(cfg.writer) or backbone
     run_dir = run_dir_of(cfg)
+    shard_label = f"shard-{cfg.shard.index}-of-{cfg.shard.count}"
+    for engine in {id(backbone): backbone, id(writer): writer}.values():
+        if hasattr(engine, "log_dir") and engine.log_dir is None:  # a served engine logs into the run
+            engine.log_dir = str(run_dir / "jobs" / shard_label)
     trajectories = shard_trajectories(release.trajectories, cfg.shard.index, cfg.shard.count)
     chosen = {t.trajectory_id for t in trajectories}
     tasks = set(cfg.dataset.tasks) if cfg.dataset.tasks else None
@@ -90,7 +94,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
         max_frames=frame_budget(backbone),
         settings=GenerationSettings(cfg.generation.max_tokens, cfg.generation.temperature, cfg.generation.seed),
         concurrency=cfg.concurrency,
-        shard_label=f"shard-{cfg.shard.index}-of-{cfg.shard.count}",
+        shard_label=shard_label,
         rerun_errors=cfg.rerun_errors,
     )
     return setup, trajectories, instances
