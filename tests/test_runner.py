@@ -118,7 +118,7 @@ def test_storage_is_the_bytes_on_disk(tiny, cache, tmp_path):
 def test_restricted_memory_shrinks_to_two_sessions(tiny, cache, tmp_path):
     run_dir = run(compose_run(tiny, tmp_path, cache, ["memory=restricted", "backbone=random"]))
     for tid_dir in (run_dir / "memory_state").iterdir():
-        assert len(list(tid_dir.iterdir())) == 2
+        assert len({p.name.split(".")[0] for p in tid_dir.iterdir()}) == 2  # a video (+ its turns) per session
 
 
 def test_records_validate_against_the_documented_schema(tiny, cache, tmp_path):
@@ -162,3 +162,28 @@ def test_text_summaries_are_kib_and_raw_video_mib_scale(tiny, cache, tmp_path, m
     assert 1024 <= text_peak < 64 * 1024, text_peak
     assert video_peak >= 512 * 1024 and video_peak > 20 * text_peak, video_peak
     assert {m["writer_parse_status"] for m in memory_records(text_dir)} <= {"ok", "repaired", "failed"}
+
+
+@pytest.mark.parametrize("memory,shown", [("none", False), ("raw_video", True), ("oracle", True)])
+def test_earlier_session_registrations_come_only_from_memory(tiny, cache, tmp_path, memory, shown):
+    """PRM: the registration was said in an earlier session; without memory the model never hears it."""
+    from apm.backbones.base import TextPart
+
+    ShownFrames.seen.clear()
+    run(compose_run(tiny, tmp_path, cache, [f"memory={memory}", "backbone=oracle", "backbone.max_frames=64",
+                                            "backbone._target_=runner_helpers.ShownFrames", "dataset.tasks=[PRM,RCR]"]))
+    checked = 0
+    for request in ShownFrames.seen.values():
+        inst = request.instance
+        registration = inst.candidate.fields["registration_event"]["registration_text"]
+        texts = [p.text for m in request.messages for p in m.parts if isinstance(p, TextPart)]
+        said = [t for t in texts if t.endswith(f"User: {registration}")]
+        if inst.task == "RCR":
+            assert len(said) == 1  # in-session: always part of the current prefix
+        else:
+            assert len(said) == (1 if shown else 0), (memory, inst.key)
+            if shown:  # inside the earlier session's block, before the current session's header
+                current = next(i for i, t in enumerate(texts) if t.startswith("[Current session"))
+                assert texts.index(said[0]) < current
+            checked += 1
+    assert checked > 0

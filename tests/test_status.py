@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from apm.scale import ledger, scheduler, status
+from apm.runner import ledger
+from apm.scale import scheduler, status
 
 KEYS = {i: [f"T{i}/c{j}/query" for j in range(10)] for i in range(3)}
 

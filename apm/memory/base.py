@@ -32,6 +32,9 @@ class History:
     """Frame spans of earlier visible sessions (checked against the probe time when read)."""
     notes: tuple[tuple[Session, str], ...] = ()
     """Text memories, each with the session it was written for."""
+    turns: tuple[Turn, ...] = ()
+    """What the user said in earlier sessions (e.g. a PRM registration), as the protocol kept it;
+    shown at its time within that session's block. Turns of the current session need no memory."""
     current: Literal["prefix", "recent"] = "prefix"
     """``prefix``: the current session from its start to the probe; ``recent``: only its latest frames."""
     recent_frames: int = 4
@@ -44,7 +47,8 @@ class SessionView:
     trajectory: Trajectory
     session: Session
     interactions: tuple[Turn, ...]
-    """User turns that happened during the session (registrations, ERA questions), in time order."""
+    """User turns that happened during the session (registrations, ERA questions), in time order,
+    with their text as it was said (the ERA question with its choices, Appendix E.3)."""
     frames: tuple[Frame, ...] = field(default=(), repr=False)
     """The whole session, sampled uniformly to the protocol's ``session_frames`` (none if 0)."""
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from apm.data import clock
-from apm.data.instances import Instance
+from apm.data.instances import Instance, Turn
 from apm.data.model import Trajectory
 from apm.memory.base import History, MemoryProtocol
+from apm.prompts import turn_text
 from apm.video.select import Span
 
 
@@ -25,7 +26,8 @@ class SimpleStream(MemoryProtocol):
 
 
 class OracleEvidence(MemoryProtocol):
-    """Appendix B.6 control: only the annotated evidence before the cutoff, plus the current prefix.
+    """Appendix B.6 control: only the annotated evidence before the cutoff (and an earlier-session
+    registration), plus the current prefix.
 
     It reads the annotations, so it is a control, never a method; it keeps no persistent state.
     """
@@ -45,4 +47,6 @@ class OracleEvidence(MemoryProtocol):
             end = min(clock.absolute(m["day_id"], m["end_time"]), instance.probe_time)
             spans.append(Span(key, start, end))
         spans.sort(key=lambda s: (s.start, s.end))
-        return History(spans=tuple(spans))
+        current_start = trajectory.session(instance.session).start
+        earlier = tuple(Turn(t.kind, t.time, turn_text(t, instance)) for t in instance.turns if t.time < current_start)
+        return History(spans=tuple(spans), turns=earlier)

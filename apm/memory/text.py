@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from apm.data import clock
 from apm.data.instances import Instance
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
-from apm.prompts import summary_prompts, turn_text
+from apm.prompts import interleave, summary_prompts, turn_text
 
 
 def _note_path(state_dir: Path, s: Session) -> Path:
@@ -43,14 +42,11 @@ class TextSummary(MemoryProtocol):
         self.max_tokens = max_tokens
 
     async def end_session(self, view: SessionView, state_dir: Path, writer) -> dict:
-        from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart
+        from apm.backbones.base import GenerationSettings, Message, Request, TextPart
 
         instruction, request_text = summary_prompts(view.session)
         parts: list = [TextPart(instruction)]
-        events = sorted([(f.wall_clock, 0, FramePart(f)) for f in view.frames] + [
-            (t.time, 1, TextPart(f"[{clock.label(t.time)}] User: {t.text}")) for t in view.interactions
-        ], key=lambda e: (e[0], e[1]))
-        parts += [part for _, _, part in events] + [TextPart(request_text)]
+        parts += interleave(view.frames, view.interactions) + [TextPart(request_text)]
         request = Request(
             messages=(Message("user", tuple(parts)),),
             settings=GenerationSettings(max_tokens=self.max_tokens, json_output=True),

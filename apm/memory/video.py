@@ -1,12 +1,17 @@
-"""Raw video as memory: prior-session videos are kept on disk and replayed at query time."""
+"""Raw video as memory: prior-session videos are kept on disk and replayed at query time.
+
+What the user said during a session (registrations, ERA questions) is not in its video; it is kept
+beside it as ``<stem>.turns.json`` and replayed at its time within that session.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
-from apm.data.instances import Instance
+from apm.data.instances import Instance, Turn
 from apm.data.model import Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
 from apm.video.select import Span
@@ -39,15 +44,25 @@ class RawVideo(MemoryProtocol):
 
     async def end_session(self, view: SessionView, state_dir: Path, writer=None) -> dict:
         session = view.session
-        _keep(session.video, state_dir / f"{session.index:04d}_{session.day_id}_{session.session_id}{session.video.suffix}")
+        stem = f"{session.index:04d}_{session.day_id}_{session.session_id}"
+        _keep(session.video, state_dir / f"{stem}{session.video.suffix}")
+        if view.interactions:
+            turns = [{"kind": t.kind, "time": t.time, "text": t.text} for t in view.interactions]
+            (state_dir / f"{stem}.turns.json").write_text(json.dumps(turns, ensure_ascii=False))
         if self.keep_sessions is not None:
-            stored = sorted(p for p in state_dir.iterdir() if not p.name.endswith(".tmp"))
-            for old in stored[: max(0, len(stored) - self.keep_sessions)]:
-                old.unlink()
+            stems = sorted({p.name.split(".")[0] for p in state_dir.iterdir() if not p.name.endswith(".tmp")})
+            for old in stems[: max(0, len(stems) - self.keep_sessions)]:
+                for path in state_dir.glob(f"{old}.*"):
+                    path.unlink()
         return {}
 
     def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
         prior = prior_sessions(instance, trajectory)
         if self.keep_sessions is not None:
             prior = prior[-self.keep_sessions :] if self.keep_sessions else []
-        return History(spans=tuple(Span(s.key, s.start, s.end) for s in prior))
+        turns = []
+        for s in prior:
+            log = state_dir / f"{s.index:04d}_{s.day_id}_{s.session_id}.turns.json"
+            if log.exists():
+                turns += [Turn(t["kind"], t["time"], t["text"]) for t in json.loads(log.read_text())]
+        return History(spans=tuple(Span(s.key, s.start, s.end) for s in prior), turns=tuple(turns))

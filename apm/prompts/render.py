@@ -10,11 +10,15 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from apm.data import clock
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session
+from apm.video.frames import Frame
+
+if TYPE_CHECKING:
+    from apm.backbones.base import Part
 
 _FIELD = re.compile(r"<[A-Z][A-Z_ ]*>")
 
@@ -96,3 +100,13 @@ def summary_prompts(session: Session) -> tuple[str, str]:
         },
     )
     return template("summary_writer"), request
+
+
+def interleave(frames: Sequence[Frame], turns: Sequence[Turn]) -> list[Part]:
+    """Frames and user turns (``[DAYn HH:MM:SS] User: …``) in wall-clock order; a turn goes before
+    the frames of its own second."""
+    from apm.backbones.base import FramePart, TextPart
+
+    events = [(f.wall_clock, 1, FramePart(f)) for f in frames]
+    events += [(t.time, 0, TextPart(f"[{clock.label(t.time)}] User: {t.text}")) for t in turns]
+    return [p for _, _, p in sorted(events, key=lambda e: (e[0], e[1]))]

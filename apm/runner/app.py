@@ -26,7 +26,7 @@ from apm.data.release import load_release
 from apm.runner.config import config_hash, register, run_name, slug
 from apm.runner.online import OnlineRun, RunSetup, RunStats
 from apm.runner.shards import shard_trajectories
-from apm.scale import ledger
+from apm.runner import ledger
 from apm.video.cache import FrameCache
 
 log = logging.getLogger("apm.run")

@@ -13,12 +13,12 @@ import json
 from dataclasses import dataclass
 from itertools import groupby
 
-from apm.backbones.base import FramePart, GenerationSettings, Message, Part, Request, TextPart
+from apm.backbones.base import GenerationSettings, Message, Part, Request, TextPart
 from apm.data import clock
-from apm.data.instances import Instance
+from apm.data.instances import Instance, Turn
 from apm.data.model import Trajectory
 from apm.memory.base import History
-from apm.prompts import probe_prompt, system_prompt, turn_text
+from apm.prompts import interleave, probe_prompt, system_prompt, turn_text
 from apm.video.cache import FrameCache
 from apm.video.frames import Frame
 from apm.video.select import prefix_spans, select_frames
@@ -50,20 +50,26 @@ def choose_frames(cache: FrameCache, trajectory: Trajectory, instance: Instance,
 
 
 def build_parts(trajectory: Trajectory, instance: Instance, history: History, frames: list[Frame]) -> list[Part]:
+    """The user message: text memories, earlier sessions' frames and turns, the current prefix, the probe.
+
+    Only turns of the current session come from the instance itself; what was said in an earlier
+    session (a PRM registration) reaches the model only through the memory protocol's ``history``.
+    """
     parts: list[Part] = []
     if history.notes:
         parts.append(TextPart("Persistent memory of completed sessions:"))
         for session, note in history.notes:
             parts += [_session_header(trajectory, session.key, "Memory of session"), TextPart(note)]
-    prior = [f for f in frames if f.session != instance.session]
-    for key, group in groupby(prior, key=lambda f: f.session):
-        parts.append(_session_header(trajectory, key, "Video of earlier session"))
-        parts += [FramePart(f) for f in group]
-    current = [f for f in frames if f.session == instance.session]
-    parts.append(_session_header(trajectory, instance.session, "Current session"))
-    events = [(f.wall_clock, 1, FramePart(f)) for f in current]
-    events += [(t.time, 0, TextPart(f"[{clock.label(t.time)}] User: {turn_text(t, instance)}")) for t in instance.turns]
-    parts += [p for _, _, p in sorted(events, key=lambda e: (e[0], e[1]))]
+    current = trajectory.session(instance.session)
+    prior_frames = {key: list(g) for key, g in groupby((f for f in frames if f.session != current.key), key=lambda f: f.session)}
+    prior_turns = {s.key: [t for t in history.turns if s.contains(t.time)] for s in trajectory.sessions}
+    for s in trajectory.sessions[: current.index]:
+        if prior_frames.get(s.key) or prior_turns[s.key]:
+            parts.append(_session_header(trajectory, s.key, "Video of earlier session"))
+            parts += interleave(prior_frames.get(s.key, []), prior_turns[s.key])
+    parts.append(_session_header(trajectory, current.key, "Current session"))
+    said_now = [Turn(t.kind, t.time, turn_text(t, instance)) for t in instance.turns if t.time >= current.start]
+    parts += interleave([f for f in frames if f.session == current.key], said_now)
     parts.append(TextPart(f"[Current time: {instance.probe_label}]\n\n{probe_prompt(instance)}"))
     return parts
 

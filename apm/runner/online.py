@@ -21,6 +21,7 @@ from apm.data import clock
 from apm.data.instances import Instance, Turn, candidate_instances
 from apm.data.model import Release, Session, Trajectory
 from apm.memory.base import MemoryProtocol, SessionView, state_bytes
+from apm.prompts import turn_text
 from apm.runner.context import Prepared, prepare
 from apm.runner.outcome import judge_output
 from apm.runner.records import JsonlAppender, done_keys, read_folder
@@ -69,7 +70,11 @@ def session_interactions(release: Release, trajectory: Trajectory, session: Sess
         if c.trajectory_id != trajectory.trajectory_id:
             continue
         for inst in candidate_instances(c, trajectory):
-            turns.update(t for t in inst.turns if t.kind != "interval_marker" and session.start <= t.time <= session.end)
+            turns.update(
+                Turn(t.kind, t.time, turn_text(t, inst))
+                for t in inst.turns
+                if t.kind != "interval_marker" and session.start <= t.time <= session.end
+            )
     return tuple(sorted(turns, key=lambda t: (t.time, t.kind, t.text)))
 
 

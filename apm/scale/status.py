@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from apm.runner.records import read_folder, read_jsonl
-from apm.scale import ledger, scheduler
+from apm.runner import ledger
+from apm.scale import scheduler
 
 FAILED = {"failed", "cancelled", "timeout", "out_of_memory", "node_fail", "preempted", "boot_fail", "deadline",
           "interrupted", "died", "incomplete", "lost"}

@@ -23,7 +23,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from apm.runner.app import CONF_DIR, run_dir_of
-from apm.scale import ledger, scheduler
+from apm.runner import ledger
+from apm.scale import scheduler
 from apm.scale.status import last_job_id, record_counts, shard_status
 
 @dataclass(frozen=True)
