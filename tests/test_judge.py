@@ -131,3 +131,23 @@ def test_judge_runs_inline_at_the_end_of_apm_run(tmp_path):
                               ["memory=none", "backbone=oracle", "dataset.tasks=[RCR]", "judge=gate_only"]))
     judged = list(read_folder(run_dir / "judgements"))
     assert len(judged) == len(records(run_dir)) > 0 and {j["status"] for j in judged} == {"ok"}
+
+
+def test_a_judge_outage_is_retried_on_the_next_run(oracle_run, monkeypatch, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(oracle_run, run_dir, ignore=shutil.ignore_patterns("judgements"))
+    monkeypatch.setenv("APM_JUDGE_KEY", "k")
+    down = judge_backbone(["judge=deepseek_v4_flash", "judge.base_url=http://127.0.0.1:9/v1",
+                           "judge.api_key_env=APM_JUDGE_KEY", "judge.max_attempts=1"])
+    first = judge_once(down, run_dir)
+    n = len([r for r in records(run_dir) if r["family"] == "adaptive"])
+    assert first.failed == n and first.calls == n  # a transport failure is not retried as an invalid reply
+    assert {j["failure"] for j in read_folder(run_dir / "judgements")} == {"backbone"}
+    proc, judge = fake_judge(GOOD, monkeypatch)
+    try:
+        second = judge_once(judge, run_dir)
+    finally:
+        proc.terminate()
+    assert second.calls == n and second.judged == n and second.cached == 0

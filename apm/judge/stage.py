@@ -1,10 +1,12 @@
 """Judge the gate-passing adaptive records of run directories; write ``judgements/*.jsonl``.
 
 Records are never rewritten. A judgement is cached by (judge model, rubric version, instance key,
-response digest): what is on record for that cache key — ok or failed — is not asked again, so a
-second run makes no model call and a rubric or response change re-judges. An invalid reply is
-retried up to ``invalid_retries`` times; a judgement that still fails is written with
-``status: failed`` and ``score: null`` (missing, never 0). Transport retries are the backbone's.
+response digest): a judgement on record for that cache key is not asked again, so a second run makes
+no model call and a rubric or response change re-judges. An invalid reply is retried up to
+``invalid_retries`` times; a judgement that still fails is written with ``status: failed`` and
+``score: null`` (missing, never 0) and ``failure: invalid_reply`` (cached like a success), or
+``failure: backbone`` when the judge could not be reached after the backbone's own retries — those
+are asked again on the next run, so an outage costs a rerun, not the scores.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class JudgeStage:
         config = json.loads((run_dir / "config.json").read_text())["config"]
         release = load_release(config["dataset"]["root"], check_videos=False)
         candidates = {(c.trajectory_id, c.candidate_id): c for c in release.candidates}
-        done = {j["cache_key"] for j in read_folder(run_dir / "judgements")}
+        done = {j["cache_key"] for j in read_folder(run_dir / "judgements") if j.get("failure") != "backbone"}
         todo = [r for r in latest_records(run_dir).values() if needs_judge(r)]
         fresh = [r for r in todo if cache_key(self.judge.name, r["key"], r["output"]) not in done]
         self.stats.cached += len(todo) - len(fresh)
@@ -125,6 +127,7 @@ class JudgeStage:
             "critical_issues": verdict.critical_issues if verdict else None,
             "justification": verdict.justification if verdict else None,
             "error": None if verdict else "; ".join(errors),
+            "failure": None if verdict else ("backbone" if errors[-1].startswith("backbone") else "invalid_reply"),
             "attempts": len(errors) + (verdict is not None),
             "judge_s": time.perf_counter() - began,
         }
