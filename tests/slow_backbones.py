@@ -11,3 +11,17 @@ class SlowRandom(RandomBaseline):
     async def generate(self, request):
         await asyncio.sleep(0.03)
         return await super().generate(request)
+
+
+class FlakyWriter(RandomBaseline):
+    """A summary writer that fails while ``$APM_TEST_WRITER_DOWN`` names an existing file."""
+
+    async def generate(self, request):
+        import os
+        from pathlib import Path
+
+        from apm.backbones.base import Response
+
+        if Path(os.environ.get("APM_TEST_WRITER_DOWN", "/nonexistent")).exists():
+            return Response(error="HTTP 503: writer unavailable")
+        return Response(text='{"memory": "the mug went to the shelf"}', ttft_s=0.0, total_s=0.0)

@@ -55,3 +55,11 @@ def test_run_identity_ignores_shard_concurrency_and_logging():
     assert config_hash(a) == config_hash(b) != config_hash(c)
     assert run_dir_of(a) == run_dir_of(b)
     assert str(run_dir_of(a)).endswith(f"synthetic/raw-video-as-memory/random-{config_hash(a)}")
+
+
+def test_transport_settings_of_a_backbone_do_not_change_the_run():
+    base = _compose("backbone=gemini_3_6_flash")
+    same = _compose("backbone=gemini_3_6_flash", "backbone.concurrency=2", "backbone.max_attempts=12",
+                    "backbone.base_url=http://127.0.0.1:1/v1")
+    other = _compose("backbone=gemini_3_6_flash", "backbone.max_frames=64")
+    assert config_hash(base) == config_hash(same) != config_hash(other)

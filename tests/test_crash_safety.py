@@ -95,3 +95,28 @@ def test_errors_are_retried_only_when_asked(tmp_path):
     ]))
     assert done_keys(tmp_path) == {"a", "b", "c"}
     assert done_keys(tmp_path, rerun_errors=True) == {"b"}  # the last line of a key wins
+
+
+def test_a_failed_memory_update_is_redone_with_everything_after_it(tiny, tmp_path, monkeypatch):
+    from runner_helpers import compose_run, memory_records, run
+
+    down = tmp_path / "down"
+    down.touch()
+    monkeypatch.setenv("APM_TEST_WRITER_DOWN", str(down))
+    overrides = ["memory=text_summary", "backbone=random", "+backbone@writer=random",
+                 "writer._target_=slow_backbones.FlakyWriter", "dataset.tasks=[ER,PRM]"]
+    cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", overrides)
+    run_dir = run(cfg)
+    first = memory_records(run_dir)
+    assert first and all(m["error"] == "HTTP 503: writer unavailable" and m["bytes"] == 0 for m in first)
+    n_records = len(records(run_dir))
+    down.unlink()
+    rerun = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [*overrides, "rerun_errors=true"])
+    run(rerun)
+    last = {(m["trajectory_id"], m["session_index"]): m for m in memory_records(run_dir)}
+    assert all(m["error"] is None and m["bytes"] > 0 for m in last.values())
+    recs = records(run_dir)
+    redone = [r for r in recs[n_records:]]
+    # every instance after a trajectory's first session saw a failed update, so it ran again
+    assert {r["key"] for r in redone} == {r["key"] for r in recs[:n_records] if r["session_id"] != "S001" or r["day_id"] != "DAY1"}
+    assert all(r["memory_bytes"] > 0 for r in redone)

@@ -17,6 +17,8 @@ from apm.prompts.parse import parse_adaptive, parse_mcqa
     ("", "failed", None, "empty"),
     ('{"answer":"Z"}', "failed", None, "invalid_option"),
     ("I cannot tell from the video.", "failed", None, "no_answer"),
+    ("I cannot tell; the answer is a guess at best.", "failed", None, "no_answer"),
+    ("The answer is (C).", "repaired", "C", None),
     ("blah " * 200, "failed", None, "repetition"),
 ])
 def test_mcqa(text, status, answer, error):

@@ -68,7 +68,11 @@ class MemoryProtocol(abc.ABC):
             self.name = name
 
     async def end_session(self, view: SessionView, state_dir: Path, writer: Backbone | None) -> dict:
-        """Update persistent state in ``state_dir`` after ``view.session``; return facts to record."""
+        """Update persistent state in ``state_dir`` after ``view.session``; return facts to record.
+
+        A failed update returns ``{"error": "why"}`` among its facts: the session's memory line records
+        it, and ``rerun_errors=true`` redoes the update and every later instance that saw its result.
+        """
         return {}
 
     @abc.abstractmethod
@@ -82,7 +86,8 @@ def prior_sessions(instance: Instance, trajectory: Trajectory) -> list[Session]:
 
 
 def state_bytes(state_dir: Path) -> int:
-    """Bytes the protocol's persistent state occupies: the sizes of every file under ``state_dir``."""
+    """Bytes the protocol's persistent state occupies: every file under ``state_dir`` but the
+    ``*.tmp`` files a crash mid-write may leave (they are not state and are overwritten on redo)."""
     if not state_dir.exists():
         return 0
-    return sum(p.stat().st_size for p in state_dir.rglob("*") if p.is_file())
+    return sum(p.stat().st_size for p in state_dir.rglob("*") if p.is_file() and p.suffix != ".tmp")

@@ -58,7 +58,7 @@ class TextSummary(MemoryProtocol):
         tmp = _note_path(state_dir, view.session).with_suffix(".tmp")
         tmp.write_text(memory, encoding="utf-8")
         tmp.replace(_note_path(state_dir, view.session))
-        return {"writer_parse_status": status, "writer_error": response.error, "writer_total_s": response.total_s}
+        return {"writer_parse_status": status, "writer_total_s": response.total_s, "error": response.error}
 
     def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
         return History(notes=tuple(_load_notes(prior_sessions(instance, trajectory), state_dir)))

@@ -19,7 +19,8 @@ ParseStatus = Literal["ok", "repaired", "failed"]
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
 _OBJECT = re.compile(r"\{.*\}", re.S)
-_ANSWER_LINE = re.compile(r"\b(?:answer|option)\s*(?:is)?\s*[:=]?\s*\(?([A-Ea-e])\)?(?![A-Za-z])", re.I)
+_ANSWER_LINE = re.compile(r"\b(?i:answer|option)\s*(?i:is)?\s*[:=]?\s*\(?([A-E])\)?(?![A-Za-z])")
+"""``Answer: B`` / ``the answer is (C)``: the letter must be a capital, so "the answer is a guess" is no answer."""
 _LONE_LETTER = re.compile(r"^\s*\(?([A-E])\)?[.)]?\s*$")
 _DECISION = re.compile(r"\b(SILENT|INTERVENE)\b", re.I)
 

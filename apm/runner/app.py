@@ -24,7 +24,7 @@ from apm.data.instances import release_instances
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.runner.config import config_hash, register, run_name, slug
-from apm.runner.online import OnlineRun, RunSetup, RunStats
+from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget
 from apm.runner.shards import shard_trajectories
 from apm.runner import ledger
 from apm.video.cache import FrameCache
@@ -50,12 +50,6 @@ def _instantiate(node: Any) -> Any:
 
 PAPER_MAX_FRAMES = 1024
 """Section 4.1: Qwen-series and API models sample up to 1,024 frames."""
-
-
-def frame_budget(backbone: Any) -> int:
-    """Frames per instance: the backbone's ``max_frames`` (0: it needs none), else the paper's 1,024."""
-    cap = getattr(backbone, "max_frames", None)
-    return PAPER_MAX_FRAMES if cap is None else int(cap)
 
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:
@@ -91,7 +85,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
         backbone=backbone,
         writer=writer,
         cache=FrameCache(cfg.frames.cache_dir, cfg.frames.fps, cfg.frames.max_side, cfg.frames.jpeg_quality),
-        max_frames=frame_budget(backbone),
+        max_frames=frame_budget(backbone, PAPER_MAX_FRAMES),
         settings=GenerationSettings(cfg.generation.max_tokens, cfg.generation.temperature, cfg.generation.seed),
         concurrency=cfg.concurrency,
         shard_label=shard_label,

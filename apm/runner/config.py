@@ -85,10 +85,22 @@ def register() -> None:
 IDENTITY_KEYS = ("dataset", "memory", "backbone", "writer", "frames", "generation")
 """What makes two runs the same run: not the shard, concurrency, logging or output folder."""
 
+OPERATIONAL_KEYS = frozenset({
+    "concurrency", "max_attempts", "backoff_initial_s", "backoff_max_s", "connect_timeout_s",
+    "read_timeout_s", "attempt_timeout_s", "deadline_s", "base_url", "launch", "python", "command",
+    "host", "port", "env", "log_dir", "startup_timeout_s", "stop_timeout_s", "api_key_env",
+    "max_num_seqs", "gpu_memory_utilization",
+})
+"""Backbone settings that change how requests travel, not what a model is asked or answers: left out
+of the hash, so lowering concurrency or moving the server after a crash resumes the same run."""
+
 
 def config_hash(cfg: DictConfig) -> str:
     """Hash of the identity part of the resolved config (``frames.cache_dir`` excluded)."""
     ident = {k: _plain(cfg.get(k)) for k in IDENTITY_KEYS}
+    for engine in ("backbone", "writer"):
+        if isinstance(ident[engine], dict):
+            ident[engine] = {k: v for k, v in ident[engine].items() if k not in OPERATIONAL_KEYS}
     ident["frames"] = {k: v for k, v in (ident["frames"] or {}).items() if k != "cache_dir"}
     ident["dataset"] = {k: v for k, v in ident["dataset"].items() if k != "root"} | {"root": str(ident["dataset"]["root"])}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]

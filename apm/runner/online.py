@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -28,7 +29,7 @@ from apm.runner.records import JsonlAppender, done_keys, read_folder
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError
 from apm.video.frames import Frame
-from apm.video.select import uniform_indices
+from apm.video.select import CausalityError, uniform_indices
 
 
 @dataclass
@@ -79,11 +80,12 @@ def session_interactions(release: Release, trajectory: Trajectory, session: Sess
 
 
 def session_frames(cache: FrameCache, session: Session, limit: int) -> tuple[Frame, ...]:
-    """The whole session from the cache, sampled uniformly to ``limit`` frames."""
+    """The whole session (up to its end time, however long the video) sampled uniformly to ``limit``."""
     if limit <= 0:
         return ()
     entry = cache.entry(session.video)
-    chosen = uniform_indices(entry.count, limit)
+    within = min(entry.count, int(session.duration * entry.rate) + 1)  # never past the session's end
+    chosen = uniform_indices(within, limit)
     return tuple(
         Frame(session.key, float(entry.offset(i)), session.start + int(entry.offset(i)), jpeg)
         for i, jpeg in zip(chosen, entry.jpegs(chosen))
@@ -151,19 +153,37 @@ def _prompt_version() -> str:
     return PROMPT_VERSION
 
 
-def frame_cap(backbone: Any) -> int:
-    """The most frames ``backbone`` takes per request (no cap: a very large number)."""
+def frame_budget(backbone: Any, default: int) -> int:
+    """Frames ``backbone`` takes per request: its ``max_frames`` (0: none), or ``default`` if unset."""
     cap = getattr(backbone, "max_frames", None)
-    return 1 << 30 if cap is None else int(cap)
+    return default if cap is None else int(cap)
 
 
-def _prebuild(cache: FrameCache, traj: Trajectory) -> None:
-    """Decode the trajectory's sessions before any instance is timed (RTF excludes decoding)."""
-    for session in traj.sessions:
+async def _prebuild(cache: FrameCache, trajectories: list[Trajectory]) -> None:
+    """Decode every session of the shard before any instance is timed (TTFT and RTF exclude decoding)."""
+    def build(session: Session) -> None:
         try:
             cache.entry(session.video)
         except VideoDecodeError:
             pass  # each instance that needs this video records the error itself
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="apm-decode") as pool:
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(pool, build, x) for t in trajectories for x in t.sessions))
+
+
+def memory_on_record(memory_dir: Path, rerun_errors: bool) -> dict[tuple[str, str], dict[str, Any]]:
+    """The last memory line of each (trajectory, session); with ``rerun_errors``, failed updates are
+    left out, so they are done again."""
+    last = {(m["trajectory_id"], f"{m['day_id']}/{m['session_id']}"): m for m in read_folder(memory_dir)}
+    return {k: m for k, m in last.items() if not (rerun_errors and m.get("error"))}
+
+
+def _after_failed_update(inst: Instance, memory_done: dict, trajectories: list[Trajectory]) -> bool:
+    """Whether ``inst`` saw memory that a failed (now redone) session update should have written."""
+    traj = next(t for t in trajectories if t.trajectory_id == inst.trajectory_id)
+    index = traj.session(inst.session).index
+    return any((traj.trajectory_id, s.key) not in memory_done for s in traj.sessions[:index])
 
 
 class OnlineRun:
@@ -179,9 +199,9 @@ class OnlineRun:
     async def run(self, trajectories: list[Trajectory], instances: list[Instance]) -> RunStats:
         s = self.setup
         done = done_keys(s.run_dir / "records", s.rerun_errors)
-        memory_done = {
-            (m["trajectory_id"], f"{m['day_id']}/{m['session_id']}"): m["bytes"] for m in read_folder(s.run_dir / "memory")
-        }
+        memory_done = memory_on_record(s.run_dir / "memory", s.rerun_errors)
+        if s.rerun_errors:
+            done -= {i.key for i in instances if _after_failed_update(i, memory_done, trajectories)}
         by_session: dict[tuple[str, str], list[Instance]] = defaultdict(list)
         for inst in instances:
             by_session[(inst.trajectory_id, inst.session)].append(inst)
@@ -192,6 +212,7 @@ class OnlineRun:
             self.progress.update(self.stats.skipped)
         self._records = JsonlAppender(s.run_dir / "records" / f"{s.shard_label}.jsonl")
         self._memory = JsonlAppender(s.run_dir / "memory" / f"{s.shard_label}.jsonl")
+        await _prebuild(s.cache, trajectories)
         try:
             await asyncio.gather(*(self._trajectory(t, by_session, done, memory_done) for t in trajectories))
         finally:
@@ -202,7 +223,6 @@ class OnlineRun:
     async def _trajectory(self, traj: Trajectory, by_session, done: set[str], memory_done: dict) -> None:
         s = self.setup
         state_dir = s.run_dir / "memory_state" / traj.trajectory_id
-        await asyncio.to_thread(_prebuild, s.cache, traj)
         memory_bytes = 0
         prior_seconds = 0
         for session in traj.sessions:
@@ -211,19 +231,21 @@ class OnlineRun:
             prior_seconds += session.duration
             key = (traj.trajectory_id, session.key)
             if key in memory_done:
-                memory_bytes = memory_done[key]
+                memory_bytes = memory_done[key]["bytes"]
                 continue
             memory_bytes = await self._end_session(traj, session, state_dir, prior_seconds)
 
     async def _end_session(self, traj: Trajectory, session: Session, state_dir: Path, prior_seconds: int) -> int:
         s = self.setup
-        limit = min(s.protocol.session_frames, frame_cap(s.writer))
+        limit = min(s.protocol.session_frames, frame_budget(s.writer, s.protocol.session_frames))
         frames = await asyncio.to_thread(session_frames, s.cache, session, limit)
         view = SessionView(traj, session, session_interactions(s.release, traj, session), frames)
         began = time.perf_counter()
         facts = await s.protocol.end_session(view, state_dir, s.writer)
         update_s = time.perf_counter() - began
         size = state_bytes(state_dir)
+        error = facts.pop("error", None)
+        self.stats.errors += error is not None
         self._memory.append({
             "run": s.run_info,
             "trajectory_id": traj.trajectory_id,
@@ -233,10 +255,16 @@ class OnlineRun:
             "bytes": size,
             "prior_hours": prior_seconds / 3600,
             "update_s": update_s,
+            "error": error,
             **facts,
         })
         self.stats.sessions_updated += 1
         return size
+
+    def _prepare(self, traj: Trajectory, inst: Instance, state_dir: Path) -> Prepared:
+        s = self.setup
+        history = s.protocol.history(inst, traj, state_dir)
+        return prepare(s.cache, traj, inst, history, s.max_frames, s.settings)
 
     async def _instance(self, traj: Trajectory, inst: Instance, state_dir: Path, memory_bytes: int) -> None:
         s = self.setup
@@ -244,9 +272,10 @@ class OnlineRun:
             began = time.perf_counter()
             prepared = None
             try:
-                history = s.protocol.history(inst, traj, state_dir)
-                prepared = await asyncio.to_thread(prepare, s.cache, traj, inst, history, s.max_frames, s.settings)
-            except VideoDecodeError as e:  # recorded; the rest of the run goes on
+                prepared = await asyncio.to_thread(self._prepare, traj, inst, state_dir)
+            except CausalityError:
+                raise  # a protocol that shows the future is a bug: stop rather than record invalid results
+            except Exception as e:  # a bad video, an unreadable state file: recorded; the run goes on
                 response = Response(error=f"preparation failed: {type(e).__name__}: {e}", attempts=0)
                 prep_s = time.perf_counter() - began
             else:
