@@ -30,8 +30,11 @@ demo: $(STAMP)
 	$(BIN)/apm-data stats $(DEMO)/release
 	$(BIN)/python -m apm.backbones.tiny $(DEMO)/tiny-qwen2vl
 	$(DEMO_ENV) $(BIN)/apm-run -m dataset.root=$(DEMO)/release output_root=$(DEMO)/runs \
-	  memory=none,raw_video,text_summary backbone=random,always_silent,oracle,tiny_qwen2vl_hf \
+	  memory=none,raw_video backbone=random,always_silent,oracle,tiny_qwen2vl_hf \
 	  generation.max_tokens=24 logging.progress=false
+	$(DEMO_ENV) $(BIN)/apm-run -m dataset.root=$(DEMO)/release output_root=$(DEMO)/runs \
+	  memory=text_summary memory.max_tokens=96 +backbone@writer=tiny_qwen2vl_hf \
+	  backbone=random,always_silent,oracle,tiny_qwen2vl_hf generation.max_tokens=24 logging.progress=false
 	$(BIN)/apm-judge $(DEMO)/runs/*/*/* judge=gate_only
 	$(BIN)/apm-reduce $(DEMO)/runs/*/*/* --out $(DEMO)/report
 	@cat $(DEMO)/report/tables/table3.md; echo; cat $(DEMO)/report/tables/table4.md
