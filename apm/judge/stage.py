@@ -23,6 +23,7 @@ from apm.backbones.base import GenerationSettings, Message, Request
 from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE
 from apm.judge.rubric import REPLY_SCHEMA, RUBRIC_VERSION, check_reply, judge_prompt, probe_reference
+from apm.runner.config import slug
 from apm.runner.records import JsonlAppender, read_folder
 
 JUDGE_SYSTEM = "You are an impartial evaluator. Reply with exactly one JSON object."
@@ -59,8 +60,13 @@ class JudgeStats:
 class JudgeStage:
     """Judges run directories with one judge backbone."""
 
-    def __init__(self, judge: Any, concurrency: int = 8, invalid_retries: int = 2, max_tokens: int = 512):
+    def __init__(self, judge: Any, concurrency: int = 8, invalid_retries: int = 2, max_tokens: int = 512,
+                 only_keys: set[str] | None = None, file_suffix: str = ""):
+        """``only_keys``/``file_suffix``: a shard job judging inline takes only its own instances and
+        writes its own file, so concurrent shards never judge the same probe or share a file."""
         self.judge = judge
+        self.only_keys = only_keys
+        self.file_suffix = file_suffix
         self.concurrency = concurrency
         self.invalid_retries = invalid_retries
         self.settings = GenerationSettings(max_tokens=max_tokens, temperature=0.0, json_output=True,
@@ -78,10 +84,11 @@ class JudgeStage:
         release = load_release(config["dataset"]["root"], check_videos=False)
         candidates = {(c.trajectory_id, c.candidate_id): c for c in release.candidates}
         done = {j["cache_key"] for j in read_folder(run_dir / "judgements") if j.get("failure") != "backbone"}
-        todo = [r for r in latest_records(run_dir).values() if needs_judge(r)]
+        todo = [r for r in latest_records(run_dir).values()
+                if needs_judge(r) and (self.only_keys is None or r["key"] in self.only_keys)]
         fresh = [r for r in todo if cache_key(self.judge.name, r["key"], r["output"]) not in done]
         self.stats.cached += len(todo) - len(fresh)
-        out = JsonlAppender(run_dir / "judgements" / f"{_slug(self.judge.name)}.jsonl")
+        out = JsonlAppender(run_dir / "judgements" / f"{slug(self.judge.name)}{self.file_suffix}.jsonl")
         try:
             async def one(rec: dict[str, Any]) -> None:
                 async with sem:
@@ -131,7 +138,3 @@ class JudgeStage:
             "attempts": len(errors) + (verdict is not None),
             "judge_s": time.perf_counter() - began,
         }
-
-
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-").lower()

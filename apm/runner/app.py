@@ -112,17 +112,18 @@ async def run_async(cfg: DictConfig) -> RunStats:
             sink.close(_summary(stats))
     print(closing_line(setup, stats))
     if cfg.judge is not None:
-        await judge_inline(cfg, setup.run_dir)
+        await judge_inline(cfg, setup, {i.key for i in instances})
     return stats
 
 
-async def judge_inline(cfg: DictConfig, run_dir: Path) -> None:
-    """``judge=<config>`` on ``apm-run``: the judge stage on this run directory once the run ends."""
+async def judge_inline(cfg: DictConfig, setup: RunSetup, keys: set[str]) -> None:
+    """``judge=<config>`` on ``apm-run``: the judge stage on this shard's instances once the run ends."""
     from apm.judge.stage import JudgeStage
 
     judge = _instantiate(cfg.judge)
+    stage = JudgeStage(judge, concurrency=cfg.concurrency, only_keys=keys, file_suffix=f"-{setup.shard_label}")
     async with _started(judge):
-        stats = await JudgeStage(judge, concurrency=cfg.concurrency).run([run_dir])
+        stats = await stage.run([setup.run_dir])
     print(f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed, {stats.cached} already judged")
 
 
