@@ -7,7 +7,6 @@ config concatenate and, for duplicate keys, the line read last wins.
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Sequence
@@ -17,7 +16,7 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from apm.data.tasks import ADAPTIVE
+from apm.judge.stage import needs_judge, response_digest
 
 METHOD = ["dataset", "memory", "backbone"]
 """Columns naming a method (a config); every score is per method."""
@@ -42,10 +41,9 @@ def _nested(outer: str, inner: str) -> Callable[[Row], Any]:
 
 
 def _response_digest(r: Row) -> str | None:
-    """SHA-256 of the output of a record the judge stage judges (gate-passing adaptive), else None."""
-    judged = r.get("gate_pass") is True and r.get("task") in ADAPTIVE and r.get("error") is None
+    """The judge stage's digest of a record it judges (gate-passing adaptive), else None."""
     output = r.get("output")
-    return hashlib.sha256(output.encode()).hexdigest() if judged and isinstance(output, str) else None
+    return response_digest(output) if needs_judge(r) and isinstance(output, str) else None
 
 
 _RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in _RUN]

@@ -104,6 +104,7 @@ def memory_line(trajectory: str, index: int, size: int, prior_hours: float, run:
         "bytes": size,
         "prior_hours": prior_hours,
         "update_s": 0.5,
+        "error": None,
     }
 
 
