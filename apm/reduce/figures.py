@@ -54,14 +54,15 @@ def tradeoff_figure(scores: pd.DataFrame) -> Figure:
                           "storage": ("storage_bytes_per_hour", ALL)}).dropna(subset=["latency", "overall"])
     if data.empty:
         return Figure()
-    fig = Figure(figsize=(8, 5.5), dpi=DPI)
+    fig = Figure(figsize=(11, 5.5), dpi=DPI)
     ax = fig.subplots()
     latency, storage = data["latency"].to_numpy(float), data["storage"].to_numpy(float)
     ax.scatter(latency, data["overall"], s=bubble_areas(storage), alpha=0.5, edgecolors="black", linewidths=0.6)
-    for (label, row), s in zip(data.iterrows(), storage):
-        note = f"{label}\n{human_bytes(s, '/h')}" if np.isfinite(s) else label
-        ax.annotate(note, (row["latency"], row["overall"]), fontsize=6, ha="center", va="bottom",
-                    xytext=(0, 6), textcoords="offset points")
+    keys = []  # methods are numbered on the plot and named in the key beside it, so labels never collide
+    for number, ((label, row), s) in enumerate(zip(data.iterrows(), storage), start=1):
+        ax.annotate(str(number), (row["latency"], row["overall"]), fontsize=7, ha="center", va="center")
+        keys.append(f"{number}. {label}" + (f" ({human_bytes(s, '/h')})" if np.isfinite(s) else ""))
+    ax.text(1.02, 1.0, "\n".join(keys), transform=ax.transAxes, fontsize=6.5, va="top", ha="left")
     if spans_decades(latency):
         ax.set_xscale("log")
     ax.set_xlabel("Latency: mean time to first token (s)")
