@@ -138,7 +138,7 @@ def test_generate_sync_keeps_one_loop_across_calls():
 
 def test_a_backbone_from_outside_the_package_via_hydra(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
-    cfg = OmegaConf.load(ROOT / "examples" / "my_backbone.yaml")
+    cfg = OmegaConf.load(ROOT / "examples" / "conf" / "backbone" / "my_backbone.yaml")
     b = instantiate_backbone(cfg, letters="XYZ")
     assert isinstance(b, BackboneLike) and b.name == "LetterCount" and b.max_frames == 8
     req = Request((Message.text("user", "Y? Z? Z!"),))
