@@ -22,7 +22,8 @@ from apm.backbones.vllm_server import VLLMServerBackbone
 from apm.data.release import load_release
 from apm.judge.cli import judge_backbone
 from apm.judge.rubric import CRITERIA, REPLY_SCHEMA, judge_prompt, probe_reference, rubric
-from apm.judge.stage import JudgeStage, JudgeStats, latest_records, needs_judge
+from apm.judge.stage import JudgeStage, JudgeStats, needs_judge
+from apm.runner.records import latest_records
 from apm.runner.records import read_folder
 from apm.synth import generate
 from runner_helpers import compose_run, run
@@ -86,14 +87,14 @@ def judged(judge: VLLMServerBackbone, oracle_run: Path, loop: asyncio.Runner) ->
 
 def gated(run_dir: Path) -> dict[str, dict[str, Any]]:
     """The records the judge must score, by key."""
-    return {k: r for k, r in latest_records(run_dir).items() if needs_judge(r)}
+    return {k: r for k, r in latest_records(run_dir / "records").items() if needs_judge(r)}
 
 
 def test_each_gate_pass_gets_one_judgement_valid_or_missing(judged: Judged, oracle_run: Path) -> None:
     _, first, _ = judged
     todo = gated(oracle_run)
     judgements = list(read_folder(oracle_run / "judgements"))
-    assert 10 <= len(todo) <= 20 and len(latest_records(oracle_run)) > len(todo)  # ER probes are not judged
+    assert 10 <= len(todo) <= 20 and len(latest_records(oracle_run / "records")) > len(todo)  # ER probes are not judged
     assert sorted(j["key"] for j in judgements) == sorted(todo)  # exactly one each
     for j in judgements:
         if j["status"] == "ok":

@@ -24,7 +24,7 @@ from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE
 from apm.judge.rubric import REPLY_SCHEMA, RUBRIC_VERSION, check_reply, judge_prompt, probe_reference
 from apm.runner.config import slug
-from apm.runner.records import JsonlAppender, read_folder
+from apm.runner.records import JsonlAppender, latest_records, read_folder
 
 JUDGE_SYSTEM = "You are an impartial evaluator. Reply with exactly one JSON object."
 
@@ -36,11 +36,6 @@ def response_digest(output: str) -> str:
 def cache_key(judge: str, key: str, output: str) -> str:
     """Identity of a judgement: judge model, rubric version, instance key, response digest."""
     return hashlib.sha256(json.dumps([judge, RUBRIC_VERSION, key, response_digest(output)]).encode()).hexdigest()
-
-
-def latest_records(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """The last record of each key in a run directory."""
-    return {r["key"]: r for r in read_folder(run_dir / "records")}
 
 
 def needs_judge(rec: dict[str, Any]) -> bool:
@@ -84,7 +79,7 @@ class JudgeStage:
         release = load_release(config["dataset"]["root"], check_videos=False)
         candidates = {(c.trajectory_id, c.candidate_id): c for c in release.candidates}
         done = {j["cache_key"] for j in read_folder(run_dir / "judgements") if j.get("failure") != "backbone"}
-        todo = [r for r in latest_records(run_dir).values()
+        todo = [r for r in latest_records(run_dir / "records").values()
                 if needs_judge(r) and (self.only_keys is None or r["key"] in self.only_keys)]
         fresh = [r for r in todo if cache_key(self.judge.name, r["key"], r["output"]) not in done]
         self.stats.cached += len(todo) - len(fresh)

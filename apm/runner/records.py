@@ -61,9 +61,11 @@ class JsonlAppender:
         self._fh.close()
 
 
+def latest_records(records_dir: Path) -> dict[str, dict[str, Any]]:
+    """The record of each key on record: the last line of a key wins (a rerun supersedes)."""
+    return {rec["key"]: rec for rec in read_folder(records_dir)}
+
+
 def done_keys(records_dir: Path, rerun_errors: bool = False) -> set[str]:
-    """Keys already on record (the last line of a key wins); with ``rerun_errors``, errored ones are not done."""
-    last: dict[str, bool] = {}
-    for rec in read_folder(records_dir):
-        last[rec["key"]] = rec.get("error") is None
-    return {k for k, ok in last.items() if ok or not rerun_errors}
+    """Keys already on record; with ``rerun_errors``, keys whose last record is an error are not done."""
+    return {k for k, rec in latest_records(records_dir).items() if not (rerun_errors and rec.get("error"))}
