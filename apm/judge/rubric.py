@@ -6,11 +6,13 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
-RUBRIC_VERSION = "a3/v1"
-"""Changes whenever the rubric, the guidance or the judge prompt layout changes: cached judgements
-of another version are not reused."""
+from apm.data.digest import files_digest
+
+TEMPLATES = resources.files("apm.judge").joinpath("templates")
+JUDGE_SYSTEM = "You are an impartial evaluator. Reply with exactly one JSON object."
 
 CRITERIA: dict[str, tuple[str, ...]] = {
     "task_fidelity": ("pass", "partial", "fail"),
@@ -50,9 +52,21 @@ REFERENCE_FIELDS = {
 """Annotation fields given to the judge for every probe of a task (plus the probe's own fields)."""
 
 
+def rubric_version(folder: Traversable) -> str:
+    """``a3-<digest>`` of the judge templates in ``folder`` and of the in-code parts of what the judge
+    is sent (system line, criteria, reply schema, reference fields)."""
+    shaping = json.dumps([JUDGE_SYSTEM, CRITERIA, REPLY_SCHEMA, REFERENCE_FIELDS], sort_keys=True)
+    return f"a3-{files_digest(folder, shaping.encode())}"
+
+
+RUBRIC_VERSION = rubric_version(TEMPLATES)
+"""Changes exactly when the rubric, the guidance or the judge's system line, criteria, reply schema
+or reference fields change (never bumped by hand): cached judgements of another version are not reused."""
+
+
 @cache
 def _text(name: str) -> str:
-    return resources.files("apm.judge").joinpath("templates", name).read_text(encoding="utf-8").strip()
+    return TEMPLATES.joinpath(name).read_text(encoding="utf-8").strip()
 
 
 def rubric() -> str:
@@ -123,5 +137,5 @@ def check_reply(text: str) -> Verdict:
     if not isinstance(issues, list) or not all(isinstance(i, str) for i in issues):
         raise ValueError("critical_issues must be a list of strings")
     if not isinstance(obj["justification"], str):
-        raise ValueError("justification must be a string")
+        raise ValueError("justification must be a string")  # noqa: TRY004 (every bad reply is a ValueError)
     return Verdict(score, checks, issues, obj["justification"])

@@ -1,5 +1,13 @@
 """The paper's prompts (Appendix E), kept as versioned template files, and their filling."""
 
-from apm.prompts.render import PROMPT_VERSION, interleave, probe_prompt, summary_prompts, system_prompt, template, turn_text
+from apm.prompts.render import (
+    PROMPT_VERSION,
+    interleave,
+    probe_prompt,
+    summary_prompts,
+    system_prompt,
+    template,
+    turn_text,
+)
 
 __all__ = ["PROMPT_VERSION", "interleave", "probe_prompt", "summary_prompts", "system_prompt", "template", "turn_text"]

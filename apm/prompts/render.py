@@ -8,11 +8,14 @@ Templates live in ``templates/*.txt`` with the paper's angle-bracketed fields (`
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Mapping, Sequence
+from importlib.resources.abc import Traversable
+from typing import TYPE_CHECKING
 
 from apm.data import clock
+from apm.data.digest import files_digest
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session
 from apm.video.frames import Frame
@@ -22,8 +25,16 @@ if TYPE_CHECKING:
 
 _FIELD = re.compile(r"<[A-Z][A-Z_ ]*>")
 
-PROMPT_VERSION = "appendix-e/v1"
-"""Changes whenever any template's text changes; recorded on every record."""
+TEMPLATES = resources.files("apm.prompts").joinpath("templates")
+
+
+def prompt_version(folder: Traversable) -> str:
+    """``e-<digest>`` of the template files in ``folder`` (Appendix E): names the prompts' exact text."""
+    return f"e-{files_digest(folder)}"
+
+
+PROMPT_VERSION = prompt_version(TEMPLATES)
+"""Changes exactly when any template's bytes change (never bumped by hand); recorded on every record."""
 
 _PROBE_TEMPLATE = {
     "STU": "mcqa_stu",
@@ -39,7 +50,7 @@ _PROBE_TEMPLATE = {
 @cache
 def template(name: str) -> str:
     """The text of ``templates/<name>.txt`` without its trailing newline."""
-    return resources.files("apm.prompts").joinpath("templates", f"{name}.txt").read_text(encoding="utf-8").rstrip("\n")
+    return TEMPLATES.joinpath(f"{name}.txt").read_text(encoding="utf-8").rstrip("\n")
 
 
 def fill(name: str, fields: Mapping[str, str]) -> str:
