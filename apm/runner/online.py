@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from apm.backbones.base import GenerationSettings, Response
 from apm.data import clock
@@ -25,7 +26,7 @@ from apm.memory.base import MemoryProtocol, SessionView, state_bytes
 from apm.prompts import turn_text
 from apm.runner.context import Prepared, prepare
 from apm.runner.outcome import judge_output
-from apm.runner.records import JsonlAppender, done_keys, read_folder
+from apm.runner.records import JsonlAppender, done_keys, latest_by, read_folder
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError
 from apm.video.frames import Frame
@@ -173,9 +174,9 @@ async def _prebuild(cache: FrameCache, trajectories: list[Trajectory]) -> None:
 
 
 def memory_on_record(memory_dir: Path, rerun_errors: bool) -> dict[tuple[str, str], dict[str, Any]]:
-    """The last memory line of each (trajectory, session); with ``rerun_errors``, failed updates are
-    left out, so they are done again."""
-    last = {(m["trajectory_id"], f"{m['day_id']}/{m['session_id']}"): m for m in read_folder(memory_dir)}
+    """The newest memory line of each (trajectory, session) (``latest_by``); with ``rerun_errors``,
+    failed updates are left out, so they are done again."""
+    last = latest_by(read_folder(memory_dir), lambda m: (m["trajectory_id"], f"{m['day_id']}/{m['session_id']}"))
     return {k: m for k, m in last.items() if not (rerun_errors and m.get("error"))}
 
 
@@ -275,7 +276,7 @@ class OnlineRun:
                 prepared = await asyncio.to_thread(self._prepare, traj, inst, state_dir)
             except CausalityError:
                 raise  # a protocol that shows the future is a bug: stop rather than record invalid results
-            except Exception as e:  # a bad video, an unreadable state file: recorded; the run goes on
+            except Exception as e:  # noqa: BLE001 — a bad video, an unreadable state file: recorded; the run goes on
                 response = Response(error=f"preparation failed: {type(e).__name__}: {e}", attempts=0)
                 prep_s = time.perf_counter() - began
             else:

@@ -3,14 +3,52 @@
 Each writer owns one file (``records/shard-<i>-of-<n>.jsonl``, ``memory/…``). On open, a torn last
 line (a crash mid-write) is cut off, so it is redone rather than read. ``done_keys`` reads every
 file of the folder, so a rerun skips what is on record whatever shard count produced it.
+
+Every line carries a write stamp (``written_ns``); where a key has several lines, the newest
+stamp wins (``latest_by``), whichever file holds it — file names say nothing about time.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, TypeVar
+
+STAMP = "written_ns"
+"""The write stamp on every line: nanoseconds since the epoch, strictly increasing within a process."""
+
+K = TypeVar("K", bound=Hashable)
+_stamp_lock = threading.Lock()
+_last_stamp = 0
+
+
+def write_stamp() -> int:
+    """A fresh stamp: ``time.time_ns()``, or one more than the last if the clock has not moved on."""
+    global _last_stamp
+    with _stamp_lock:
+        _last_stamp = max(_last_stamp + 1, time.time_ns())
+        return _last_stamp
+
+
+def stamp_of(line: dict[str, Any]) -> int:
+    """A line's write stamp; -1 for a line written before stamps (older than any stamped line)."""
+    stamp = line.get(STAMP)
+    return -1 if stamp is None else int(stamp)
+
+
+def latest_by(lines: Iterable[dict[str, Any]], key: Callable[[dict[str, Any]], K]) -> dict[K, dict[str, Any]]:
+    """The newest line of each key: greatest stamp wins; on equal stamps (or none) the later line read wins."""
+    latest: dict[K, dict[str, Any]] = {}
+    for line in lines:
+        k = key(line)
+        held = latest.get(k)
+        if held is None or stamp_of(line) >= stamp_of(held):
+            latest[k] = line
+    return latest
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
@@ -49,10 +87,13 @@ class JsonlAppender:
             with self.path.open("r+b") as fh:
                 fh.truncate(data.rfind(b"\n") + 1)
 
-    def append(self, obj: dict[str, Any]) -> None:
-        """Write one line and hand it to the OS: it survives the process being killed."""
-        self._fh.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
+    def append(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Write ``obj`` plus a fresh write stamp as one line and hand it to the OS (it survives the
+        process being killed); returns the line written (``obj`` itself is left as it was)."""
+        line = {**obj, STAMP: write_stamp()}
+        self._fh.write(json.dumps(line, ensure_ascii=False).encode() + b"\n")
         self._fh.flush()
+        return line
 
     def close(self) -> None:
         """Flush to the disk itself (a machine crash before this may lose lines; they are redone)."""
@@ -62,8 +103,8 @@ class JsonlAppender:
 
 
 def latest_records(records_dir: Path) -> dict[str, dict[str, Any]]:
-    """The record of each key on record: the last line of a key wins (a rerun supersedes)."""
-    return {rec["key"]: rec for rec in read_folder(records_dir)}
+    """The record of each key on record: its newest line wins (``latest_by``: a rerun supersedes)."""
+    return latest_by(read_folder(records_dir), lambda rec: rec["key"])
 
 
 def done_keys(records_dir: Path, rerun_errors: bool = False) -> set[str]:

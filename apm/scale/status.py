@@ -14,12 +14,13 @@ import socket
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from apm.runner.records import read_folder, read_jsonl
 from apm.runner import ledger
+from apm.runner.records import latest_by, read_folder, read_jsonl
 from apm.scale import scheduler
 
 FAILED = {"failed", "cancelled", "timeout", "out_of_memory", "node_fail", "preempted", "boot_fail", "deadline",
@@ -65,13 +66,11 @@ def shards_of(run_dir: Path) -> list[str]:
 
 
 def record_counts(run_dir: Path) -> tuple[dict[str, bool], Counter]:
-    """Per key: whether its last record is free of errors; and how often each key is on record."""
-    last: dict[str, bool] = {}
-    seen: Counter = Counter()
-    for rec in read_folder(run_dir / "records"):
-        last[rec["key"]] = rec.get("error") is None
-        seen[rec["key"]] += 1
-    return last, seen
+    """Per key: whether its newest record (``latest_by``) is free of errors; and how often each key is
+    on record."""
+    records = list(read_folder(run_dir / "records"))
+    last = {k: rec.get("error") is None for k, rec in latest_by(records, lambda rec: rec["key"]).items()}
+    return last, Counter(rec["key"] for rec in records)
 
 
 def _shard_keys(run_dir: Path, shard: str, plan: dict[str, Any] | None) -> list[str]:

@@ -1,0 +1,122 @@
+"""Which line of a key wins: the newest write stamp, never the file name (a rerun with another shard
+count writes to a file that sorts before the old ones)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from runner_helpers import compose_run
+
+from apm.backbones.base import Response
+from apm.backbones.baselines import RandomBaseline
+from apm.runner.app import run_async, run_dir_of
+from apm.runner.online import memory_on_record
+from apm.runner.records import (
+    STAMP,
+    JsonlAppender,
+    done_keys,
+    latest_by,
+    latest_records,
+    read_folder,
+)
+from apm.scale import scheduler, status
+from apm.synth import generate
+
+DOWN = "APM_TEST_BACKBONE_DOWN"
+
+
+class DownWhileFlagged(RandomBaseline):
+    """The random baseline, answering only errors while ``$APM_TEST_BACKBONE_DOWN`` names an existing file."""
+
+    async def generate(self, request):
+        if Path(os.environ.get(DOWN, "/nonexistent")).exists():
+            return Response(error="HTTP 503: backbone unavailable")
+        return await super().generate(request)
+
+
+def write_lines(path: Path, lines: list[dict]) -> None:
+    """``lines`` as a JSONL file (stamped or not, exactly as given)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_greater_stamp_wins_whatever_the_file_name(tmp_path):
+    write_lines(tmp_path / "shard-0-of-1.jsonl", [{"key": "a", "error": None, STAMP: 200}])
+    write_lines(tmp_path / "shard-0-of-2.jsonl", [{"key": "a", "error": "503", STAMP: 100}])
+    assert latest_records(tmp_path)["a"][STAMP] == 200
+    assert done_keys(tmp_path, rerun_errors=True) == {"a"}
+
+
+def test_stamped_beats_unstamped_and_unstamped_keep_file_order():
+    lines = [{"key": "a", "n": 0, STAMP: 5}, {"key": "a", "n": 1},  # a line of an old run, read later
+             {"key": "b", "n": 2}, {"key": "b", "n": 3},            # an old run only: the later line
+             {"key": "c", "n": 4, STAMP: 9}, {"key": "c", "n": 5, STAMP: 9}]  # equal stamps: the later line
+    assert {k: v["n"] for k, v in latest_by(lines, lambda line: line["key"]).items()} == {"a": 0, "b": 3, "c": 5}
+
+
+def test_the_documented_pandas_rule_picks_the_same_lines():
+    """docs/records.md: sort by the stamp, unstamped first, stably; the last line of a key wins."""
+    lines = [{"key": k, "n": n, **({STAMP: s} if s is not None else {})}
+             for n, (k, s) in enumerate([("a", 7), ("b", None), ("a", None), ("b", 3), ("c", None), ("c", None),
+                                         ("d", 4), ("d", 2), ("e", 1), ("e", 1)])]
+    frame = pd.DataFrame(lines).sort_values(STAMP, na_position="first", kind="stable")
+    by_pandas = frame.drop_duplicates("key", keep="last").set_index("key")["n"].to_dict()
+    assert {k: v["n"] for k, v in latest_by(lines, lambda line: line["key"]).items()} == by_pandas
+
+
+def test_one_writer_never_ties_and_leaves_the_callers_object_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr("apm.runner.records.time.time_ns", lambda: 1_000)  # a clock that does not move
+    w = JsonlAppender(tmp_path / "a.jsonl")
+    other = JsonlAppender(tmp_path / "b.jsonl")
+    record = {"key": "k", "error": None}
+    written = [w.append(record), other.append(record), w.append(record)]
+    w.close()
+    other.close()
+    assert record == {"key": "k", "error": None}
+    stamps = [line[STAMP] for line in written]
+    assert stamps == sorted(set(stamps)) and stamps[0] >= 1_000
+    assert sorted(line[STAMP] for line in read_folder(tmp_path)) == stamps
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return generate(tmp_path / "rel" / "tiny", seed=0, scale="tiny")
+
+
+def test_rerun_with_fewer_shards_supersedes_the_errors_of_the_first(tiny, tmp_path, monkeypatch):
+    """First run: 2 shards, backbone and summary writer down; rerun_errors with 1 shard and both up."""
+    down = tmp_path / "down"
+    down.touch()
+    monkeypatch.setenv(DOWN, str(down))
+    monkeypatch.setenv("APM_TEST_WRITER_DOWN", str(down))
+    monkeypatch.setattr(scheduler, "available", lambda: False)
+    overrides = ["memory=text_summary", "backbone=random", "backbone._target_=test_write_order.DownWhileFlagged",
+                 "+backbone@writer=random", "writer._target_=slow_backbones.FlakyWriter", "dataset.tasks=[ER,PRM]"]
+
+    def run(*extra: str):
+        cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [*overrides, *extra])
+        return asyncio.run(run_async(cfg)), run_dir_of(cfg)
+
+    first = [run("shard.count=2", f"shard.index={i}")[0] for i in range(2)]
+    assert all(s.new > 0 and s.errors == s.new + s.sessions_updated for s in first)
+    down.unlink()
+    rerun, run_dir = run("shard.count=1", "rerun_errors=true")
+    assert rerun.new == sum(s.new for s in first)
+
+    latest = latest_records(run_dir / "records")
+    assert len(latest) == rerun.new and all(r["error"] is None for r in latest.values())
+    memory = memory_on_record(run_dir / "memory", rerun_errors=True)
+    assert len(memory) == 12 and all(m["bytes"] > 0 for m in memory.values())
+
+    again, _ = run("shard.count=1", "rerun_errors=true")
+    assert (again.new, again.sessions_updated, again.skipped) == (0, 0, rerun.new)
+
+    rows = status.sweep_status(tmp_path / "runs")
+    assert {r.shard for r in rows} == {"shard-0-of-1", "shard-0-of-2", "shard-1-of-2"}
+    assert all(r.state == "done" and r.errors == 0 for r in rows)
+    assert status.main([str(tmp_path / "runs")]) == 0
