@@ -13,11 +13,13 @@ from apm.reduce import load_runs, score_table, synth
 from apm.reduce.load import load_judgements
 
 # Hand computation (records in synth.small_run_set):
-# ER: C1 right (a later shard replaces a wrong line), C2 wrong, C3 failed parse = wrong, C4 error = out.
-CROSS = (100 / 3 + 100 + 0) / 3  # ER, EST, TR
+# ER: C1 right (a later shard replaces a wrong line), C2 wrong, C3 failed parse = wrong, C4 error = wrong
+# (answered-only view: C4 left out).
+CROSS = (100 / 4 + 100 + 0) / 3  # ER, EST, TR
+CROSS_ANSWERED = (100 / 3 + 100 + 0) / 3
 PERCEPTION = (100 + 0 + 100 + 100) / 4  # ACR, CT, OCR, STU
 # Gated s_c (Eq. 1) ×20: ERA E1 = ((0) + (4+0)/2)/2 = 1 → 20 (wrong option fails the gate); E2 = 5 → 100.
-# RCR R1 negatives only, n2's judgement failed → 3 → 60; R2 positive unjudged, negative 5 → 100.
+# RCR R1 negatives only, n2's judgement failed (left out) → 3 → 60; R2 (5 + 5)/2 → 100.
 # MPA (0 + 2)/2 → 20.  PRM ((4 + 0 failed parse)/2 + 4)/2 = 3 → 60.  TPG (1 + 0)/2 → 10.
 ADAPTIVE_SCORES = {"ERA": 60.0, "RCR": 80.0, "MPA": 20.0, "PRM": 60.0, "TPG": 10.0}
 ADAPTIVE = sum(ADAPTIVE_SCORES.values()) / 5
@@ -42,22 +44,70 @@ def value(scores: pd.DataFrame, metric: str, task: str, memory: str = "raw_video
 
 
 def test_columns(scores: pd.DataFrame) -> None:
-    assert list(scores.columns) == ["dataset", "memory", "backbone", "judge", "metric", "task", "value", "n",
-                                    "ci_low", "ci_high"]
+    assert list(scores.columns) == [
+        "dataset", "memory", "backbone", "config_hash", "memory_config", "backbone_config", "memory_variant",
+        "backbone_variant", "judge", "metric", "task", "value", "n", "n_error", "n_unparsed", "n_unjudged",
+        "ci_low", "ci_high",
+    ]
     assert set(scores["judge"]) == {"judge-x", ""}
 
 
 @pytest.mark.parametrize(
     ("task", "expected"),
-    [("ER", 100 / 3), ("EST", 100.0), ("TR", 0.0), ("ACR", 100.0), ("CT", 0.0), ("OCR", 100.0), ("STU", 100.0)],
+    [("ER", 100 / 4), ("EST", 100.0), ("TR", 0.0), ("ACR", 100.0), ("CT", 0.0), ("OCR", 100.0), ("STU", 100.0)],
 )
 def test_mcqa_accuracy(scores: pd.DataFrame, task: str, expected: float) -> None:
     assert value(scores, "task_score", task) == pytest.approx(expected)
 
 
-def test_mcqa_counts_candidates_without_errors(scores: pd.DataFrame) -> None:
-    er = scores[(scores["metric"] == "task_score") & (scores["task"] == "ER")]
-    assert int(er["n"].iloc[0]) == 3
+def row(scores: pd.DataFrame, metric: str, task: str) -> pd.Series:
+    hit = scores[(scores["metric"] == metric) & (scores["task"] == task)]
+    assert len(hit) == 1, (metric, task, hit)
+    return hit.iloc[0]
+
+
+def test_errored_instances_count_as_wrong_and_the_answered_view_leaves_them_out(scores: pd.DataFrame) -> None:
+    er = row(scores, "task_score", "ER")
+    assert (er["n"], er["n_error"], er["n_unparsed"], er["n_unjudged"]) == (4, 1, 1, 0)
+    answered = row(scores, "task_score_answered", "ER")
+    assert answered["value"] == pytest.approx(100 / 3)
+    assert (answered["n"], answered["n_error"]) == (3, 0)
+    assert value(scores, "capability_score_answered", "cross_session") == pytest.approx(CROSS_ANSWERED)
+    assert value(scores, "overall_answered", "all") == pytest.approx((CROSS_ANSWERED + PERCEPTION + ADAPTIVE) / 3)
+    assert row(scores, "overall", "all")["n_error"] == 1
+
+
+def test_errored_adaptive_probe_fails_the_gate(tmp_path: Path) -> None:
+    probes = [
+        synth.record("RCR", "R1", "p", polarity="positive", decision="INTERVENE", gate_pass=True, correct=None),
+        synth.record("RCR", "R1", "n", polarity="negative", decision=None, gate_pass=None, correct=None,
+                     parse_status=None, output="", error="HTTP 500"),
+    ]
+    synth.write_run(tmp_path, probes, [synth.judgement(probes[0], 5)])
+    runs = load_runs([tmp_path])
+    scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
+    assert value(scores, "task_score", "RCR") == pytest.approx(20 * (5 + 0) / 2)  # g = 0 for the errored probe
+    assert value(scores, "task_score_answered", "RCR") == pytest.approx(100.0)
+    assert value(scores, "decision_negative_rate", "RCR") == 0.0
+    assert value(scores, "gate_pass_balanced", "RCR") == pytest.approx(50.0)
+    assert value(scores, "format_failure_rate", "all") == 0.0
+    assert value(scores, "errors", "all") == 1
+
+
+def test_unjudged_probes_withhold_every_score_that_needs_them(tmp_path: Path) -> None:
+    root = synth.small_run_set(tmp_path)
+    judgements = root / "main" / "judgements" / "shard-0.jsonl"
+    kept = [x for x in judgements.read_text().splitlines() if '"T1/R2/p"' not in x]
+    judgements.write_text("\n".join(kept) + "\n")
+    runs = load_runs([root])
+    scores = score_table(runs.records, runs.judgements, runs.memory, reps=50)
+    for metric, task in [("task_score", "RCR"), ("response_quality", "RCR"), ("capability_score", "adaptive"),
+                         ("overall", "all"), ("response_quality", "adaptive")]:
+        withheld = row(scores, metric, task)
+        assert np.isnan(withheld["value"]) and np.isnan(withheld["ci_low"]), (metric, task)
+        assert withheld["n_unjudged"] == 1
+    assert value(scores, "task_score", "MPA") == pytest.approx(ADAPTIVE_SCORES["MPA"])
+    assert value(scores, "decision_ba", "RCR") == pytest.approx(100.0)  # decisions need no judge
 
 
 @pytest.mark.parametrize("task", list(ADAPTIVE_SCORES))
@@ -101,14 +151,16 @@ def test_response_quality_average(scores: pd.DataFrame) -> None:
 
 
 def test_judge_failures_counted(scores: pd.DataFrame) -> None:
-    assert value(scores, "judge_failures", "RCR") == 2  # one failed, one missing judgement
+    assert value(scores, "judge_failures", "RCR") == 1  # the judge replied, invalidly
     assert value(scores, "judge_failures", "ERA") == 0
+    assert value(scores, "judge_failures", "adaptive") == 1
 
 
 def test_format_failures_and_errors(scores: pd.DataFrame) -> None:
     assert value(scores, "format_failures", "all") == 2
     assert value(scores, "format_failures", "PRM") == 1
-    assert value(scores, "format_failure_rate", "all") == pytest.approx(100 * 2 / 24)
+    assert value(scores, "format_failure_rate", "all") == pytest.approx(100 * 2 / 25)  # every instance counts
+    assert value(scores, "format_failure_rate_answered", "all") == pytest.approx(100 * 2 / 24)
     assert value(scores, "errors", "all") == 1
     assert value(scores, "errors", "ER") == 1
 
@@ -167,13 +219,16 @@ def test_judgement_selection_prefers_requested_judge(tmp_path: Path) -> None:
     assert load_judgements([tmp_path], judge="nobody")["score"].tolist() == [1.0]
 
 
-def test_two_configs_for_one_method_are_refused(tmp_path: Path) -> None:
-    run = synth.run_info()
-    synth.write_run(tmp_path / "a", [synth.record("ER", "C1")])
-    synth.write_run(tmp_path / "b", [synth.record("ER", "C2", run={**run, "config_hash": "other"})])
+def test_an_ablation_sweep_reduces_together_one_method_per_config(tmp_path: Path) -> None:
+    run = synth.run_info(memory="none", backbone="random")
+    variant = {**run, "config_hash": "other", "overrides": {"memory.recent_frames": 8}}
+    synth.write_run(tmp_path / "a", [synth.record("ER", "C1", run=run)])
+    synth.write_run(tmp_path / "b", [synth.record("ER", "C1", run=variant, answer="B", correct=False)])
     runs = load_runs([tmp_path])
-    with pytest.raises(ValueError, match="several config hashes"):
-        score_table(runs.records, runs.judgements, runs.memory, reps=0)
+    scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
+    er = scores[(scores["metric"] == "task_score") & (scores["task"] == "ER")].set_index("config_hash")
+    assert er.loc[run["config_hash"], "value"] == 100.0 and er.loc["other", "value"] == 0.0
+    assert er.loc["other", "memory_variant"] == "recent_frames=8" and er.loc[run["config_hash"], "memory_variant"] == ""
 
 
 def test_truncated_last_line_is_skipped_with_warning(tmp_path: Path) -> None:
@@ -189,7 +244,7 @@ def test_fixtures_follow_the_runner_schemas(tmp_path: Path) -> None:
     schemas = Path(__file__).resolve().parents[1] / "apm" / "runner" / "schemas"
     if not schemas.exists():
         pytest.skip("runner schemas absent")
-    root = synth.small_run_set(tmp_path / "small")
+    synth.small_run_set(tmp_path / "small")
     synth.synthetic_run(tmp_path / "random", synth.run_info(), trajectories=2, seed=0)
     for kind, schema in (("records", "record"), ("memory", "memory")):
         validator = jsonschema.Draft202012Validator(json.loads((schemas / f"{schema}.schema.json").read_text()))
@@ -204,5 +259,6 @@ def test_stale_judgement_of_a_rerun_response_is_ignored(tmp_path: Path) -> None:
     runs = load_runs([tmp_path])
     assert runs.judgements.empty
     scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
-    assert value(scores, "judge_failures", "RCR") == 1
-    assert scores.query("metric == 'task_score'").empty  # its only probe is unjudged
+    assert value(scores, "judge_failures", "RCR") == 0
+    assert np.isnan(value(scores, "task_score", "RCR"))  # its only probe is unjudged: withheld, not 0
+    assert row(scores, "task_score", "RCR")["n_unjudged"] == 1

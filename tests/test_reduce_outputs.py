@@ -39,13 +39,28 @@ def test_scores_csv(reduced: Path) -> None:
 def test_table4_rows_and_names(reduced: Path) -> None:
     table = pd.read_csv(reduced / "tables" / "table4.csv", index_col="Method")
     assert list(table.index) == [
-        "SimpleStream · Qwen3-VL-8B-Instruct", "Raw Video as Memory · Qwen3-VL-8B-Instruct", "SimpleStream · Random (baseline)",
+        "SimpleStream · Qwen3-VL-8B-Instruct", "Raw Video as Memory · Qwen3-VL-8B-Instruct",
+        "SimpleStream · Random (baseline)",
     ]
     raw = table.loc["Raw Video as Memory · Qwen3-VL-8B-Instruct"]
     assert raw["EST"] == pytest.approx(100.0)
     assert raw["EA"] == pytest.approx(50.0)  # the restricted-memory EA run sits in its main protocol's row
     md = (reduced / "tables" / "table4.md").read_text()
-    assert "| Method | ER | EST |" in md and "| Raw Video as Memory · Qwen3-VL-8B-Instruct | 33.33 | 100.00 |" in md
+    # ER's errored instance counts as wrong (1 of 4 right) and its cell is marked
+    assert "| Method | ER | EST |" in md and "| Raw Video as Memory · Qwen3-VL-8B-Instruct | 25.00† | 100.00 |" in md
+    assert "†: the method had backbone errors" in md and "Judge: judge-x" in md
+
+
+def test_an_ea_run_sharing_the_dataset_name_contributes_only_ea_scores(tmp_path: Path) -> None:
+    root = synth.small_run_set(tmp_path)
+    for f in (root / "ea" / "records").glob("*.jsonl"):  # the shipped ea_restricted preset: same dataset
+        f.write_text(f.read_text().replace('"dataset":"apm-ea"', '"dataset":"apm"'))
+    assert main([str(root), "--out", str(tmp_path / "out"), "--bootstrap", "0", "--no-figures"]) == 0
+    tables = tmp_path / "out" / "tables"
+    for name in ("table3", "table8_9", "table11_12", "table4", "table13"):
+        rows = pd.read_csv(tables / f"{name}.csv", index_col="Method").index
+        assert list(rows) == ["Raw Video as Memory · Qwen3-VL-8B-Instruct"], (name, list(rows))
+    assert pd.read_csv(tables / "table4.csv", index_col="Method").iloc[0]["EA"] == pytest.approx(50.0)
 
 
 def test_table3_units_and_latex(reduced: Path) -> None:
@@ -110,7 +125,9 @@ def test_two_sided_p() -> None:
 def test_names_and_units() -> None:
     assert method_label("raw_video", "Qwen3-VL-8B-Instruct") == "Raw Video as Memory · Qwen3-VL-8B-Instruct"
     assert method_label("none", "always_silent") == "SimpleStream · Always Silent (baseline)"
-    assert method_label("raw_video", "Oracle (annotation upper bound)") == "Raw Video as Memory · Oracle (oracle upper bound)"
+    oracle = method_label("raw_video", "Oracle (annotation upper bound)")
+    assert oracle == "Raw Video as Memory · Oracle (oracle upper bound)"
+    assert method_label("none", "random", "recent_frames=8") == "SimpleStream (recent_frames=8) · Random (baseline)"
     assert method_label("oracle", "Seed-2.0-Lite") == "Oracle · Seed-2.0-Lite (oracle upper bound)"
     assert method_label("kv_cache", "X") == "Kv Cache · X"
     assert method_label("Raw Video as Memory", "X") == "Raw Video as Memory · X"  # display names kept
@@ -163,3 +180,26 @@ def test_compare_without_replicates_has_values_but_no_intervals(tmp_path: Path) 
     compare = pd.read_csv(tmp_path / "out" / "compare.csv")
     assert len(compare) > 20 and compare["ci_low"].isna().all() and (compare["diff"] == 0).all()
     assert not {"errors", "format_failures", "judge_failures"} & set(compare["metric"])
+
+
+def test_reduce_refuses_unjudged_probes_unless_allowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = synth.small_run_set(tmp_path / "runs")
+    for f in root.rglob("judgements/*.jsonl"):
+        f.unlink()  # as if apm-judge never ran
+    out = tmp_path / "out"
+    assert main([str(root), "--out", str(out), "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "10 gate-passing adaptive probe(s) have no judgement" in err[0] and "apm-judge" in err[0]
+    assert not out.exists()  # nothing half-written
+    assert main([str(root), "--out", str(out), "--bootstrap", "0", "--allow-unjudged", "--no-figures"]) == 0
+    table3 = pd.read_csv(out / "tables" / "table3.csv", index_col="Method").iloc[0]
+    assert np.isnan(table3["Adaptive"]) and np.isnan(table3["Overall"]) and table3["CS Und."] > 0
+    md = (out / "tables" / "table3.md").read_text()
+    assert "Judge: none" in md
+    row = md.splitlines()[-1].split(" | ")
+    assert row[3] == "–" and row[4] == "–"  # Adaptive and Overall: withheld, never 0.00
+
+
+def test_table7_shows_judge_failures(reduced: Path) -> None:
+    t7 = pd.read_csv(reduced / "tables" / "table7.csv", index_col="Method")
+    assert t7.loc["Raw Video as Memory · Qwen3-VL-8B-Instruct", "Judge failures"] == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
 from apm.reduce.load import load_runs
-from apm.reduce.scores import score_table
+from apm.reduce.scores import judge_note, score_table, unjudged_probes
 from apm.reduce.tables import write_tables
 from apm.reduce.wandb_log import log_summary
 
@@ -26,6 +26,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="replicates; 0: no intervals")
     p.add_argument("--compare", nargs=2, type=Path, metavar=("RUN_A", "RUN_B"), help="paired bootstrap B − A")
+    p.add_argument("--allow-unjudged", action="store_true",
+                   help="reduce although gate-passing adaptive probes have no judgement ('–' in those cells)")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
     p.add_argument("--wandb", action="store_true", help="log tables and figures to a W&B summary run")
     p.add_argument("--wandb-project", default="apm-bench")
@@ -39,18 +41,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.runs and not args.compare:
         parser().error("give RUN_DIR(s), --compare RUN_A RUN_B, or both")
     started = time.perf_counter()
-    args.out.mkdir(parents=True, exist_ok=True)
     if args.runs:
         runs = load_runs(args.runs, args.judge, args.rubric)
+        unjudged = unjudged_probes(runs.records, runs.judgements)
+        if unjudged and not args.allow_unjudged:
+            print(f"apm-reduce: {unjudged} gate-passing adaptive probe(s) have no judgement; run apm-judge on "
+                  "these run dirs first (or pass --allow-unjudged to show – for the affected scores)", file=sys.stderr)
+            return 2
+        args.out.mkdir(parents=True, exist_ok=True)
         scores = score_table(runs.records, runs.judgements, runs.memory, args.seed, args.bootstrap)
         scores.to_csv(args.out / "scores.csv", index=False)
-        tables = write_tables(scores, args.out / "tables")
+        tables = write_tables(scores, args.out / "tables", judge_note(runs.judgements))
         figures = [] if args.no_figures else write_figures(scores, args.out / "figures")
         if args.wandb:
             log_summary(scores, tables, figures, args.wandb_project, args.wandb_mode, args.out)
         print(f"apm-reduce: {len(runs.records)} records, {scores.shape[0]} scores, "
               f"{len(tables)} table files, {len(figures)} figures -> {args.out}")
     if args.compare:
+        args.out.mkdir(parents=True, exist_ok=True)
         a, b = (load_runs([p], args.judge, args.rubric) for p in args.compare)
         compare_runs(a, b, args.seed, args.bootstrap).to_csv(args.out / "compare.csv", index=False)
         print(f"apm-reduce: paired comparison -> {args.out / 'compare.csv'}")

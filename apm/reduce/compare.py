@@ -22,8 +22,8 @@ def _only_method(run: RunSet) -> str:
     methods = run.records.loc[:, METHOD].astype("str").drop_duplicates()
     if len(methods) != 1:
         raise ValueError(f"--compare needs one method per run, got {len(methods)}")
-    dataset, memory, backbone = methods.iloc[0]
-    return f"{method_label(memory, backbone)} [{dataset}]"
+    dataset, memory, backbone, config_hash = methods.iloc[0]
+    return f"{method_label(memory, backbone)} [{dataset}, {config_hash}]"
 
 
 def shared_keys(a: pd.DataFrame, b: pd.DataFrame) -> pd.Index:

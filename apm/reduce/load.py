@@ -1,15 +1,15 @@
 """Read a run's records, judgements and memory lines (JSONL) into typed, de-duplicated DataFrames.
 
 A path may be one run dir or any folder above several (a sweep): every ``records/*.jsonl``,
-``judgements/*.jsonl`` and ``memory/*.jsonl`` below it is read, in sorted path order, so shards of a
-config concatenate and, for duplicate keys, the line read last wins.
+``judgements/*.jsonl`` and ``memory/*.jsonl`` below it is read, so shards of a config concatenate;
+for duplicate keys the line written last (``written_ns``) wins, whatever file it is in.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,14 @@ import pandas as pd
 
 from apm.judge.stage import needs_judge, response_digest
 
-METHOD = ["dataset", "memory", "backbone"]
-"""Columns naming a method (a config); every score is per method."""
+METHOD = ["dataset", "memory", "backbone", "config_hash"]
+"""Columns of a method: its config hash is its identity; the display names ride along (a hash fixes them)."""
 
-_RUN = METHOD + ["config_hash"]
-_CATEGORICAL = _RUN + [
+CONFIG = ["memory_config", "backbone_config", "memory_variant", "backbone_variant"]
+"""Per record, the method's config-group choices and the settings differing from their defaults
+(``recent_frames=8, …``; the summary writer's settings count as the memory's, ``writer.…``)."""
+
+_CATEGORICAL = METHOD + CONFIG + [
     "trajectory_id", "candidate_id", "task", "family", "polarity", "parse_status", "decision", "answer",
     "judge",
 ]
@@ -46,13 +49,35 @@ def _response_digest(r: Row) -> str | None:
     return response_digest(output) if needs_judge(r) and isinstance(output, str) else None
 
 
-_RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in _RUN]
+def _choice(group: str) -> Callable[[Row], Any]:
+    """The run's config-group choice (``none``), else its display name (runs that predate choices)."""
+    return lambda r: ((r.get("run") or {}).get("choices") or {}).get(group) or (r.get("run") or {}).get(group)
+
+
+def _variant(*groups: str) -> Callable[[Row], str]:
+    """The run's settings of ``groups`` that differ from their defaults: sorted ``key=value`` pairs,
+    the first group's prefix dropped (``memory.recent_frames`` → ``recent_frames``)."""
+    prefix = f"{groups[0]}."
+
+    def pairs(r: Row) -> str:
+        overrides = (r.get("run") or {}).get("overrides") or {}
+        mine = sorted(k for k in overrides if k.split(".", 1)[0] in groups)
+        return ", ".join(f"{k.removeprefix(prefix)}={overrides[k]}" for k in mine)
+
+    return pairs
+
+
+_RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in METHOD] + [
+    ("memory_config", _choice("memory")), ("backbone_config", _choice("backbone")),
+    ("memory_variant", _variant("memory", "writer")), ("backbone_variant", _variant("backbone")),
+]
 
 RECORD_FIELDS: list[Field] = _RUN_FIELDS + [
     (c, _get(c))
     for c in (
         "key", "trajectory_id", "candidate_id", "task", "family", "polarity", "evidence_available",
         "original_candidate_id", "parse_status", "decision", "answer", "correct", "gate_pass", "error",
+        "written_ns",
     )
 ] + [
     ("ttft_s", _nested("latency", "ttft_s")),
@@ -77,10 +102,13 @@ DETAIL_FIELDS: list[Field] = [
 """What a person drilling into instances also wants (the notebook)."""
 
 JUDGEMENT_FIELDS: list[Field] = _RUN_FIELDS + [
-    (c, _get(c)) for c in ("key", "judge", "rubric_version", "response_sha256", "status", "score")
+    (c, _get(c)) for c in (
+        "key", "judge", "judge_model", "rubric_version", "response_sha256", "status", "failure", "score",
+        "written_ns",
+    )
 ]
 MEMORY_FIELDS: list[Field] = _RUN_FIELDS + [
-    (c, _get(c)) for c in ("trajectory_id", "session_index", "bytes", "prior_hours", "update_s")
+    (c, _get(c)) for c in ("trajectory_id", "session_index", "bytes", "prior_hours", "update_s", "written_ns")
 ]
 
 
@@ -123,9 +151,16 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
         out[c] = out[c].astype("category")
     for c in out.columns.intersection(_BOOLEAN):
         out[c] = out[c].astype("boolean")
-    for c in out.columns.intersection(["ttft_s", "total_s", "rtf", "score", "bytes", "prior_hours"]):
+    for c in out.columns.intersection(["ttft_s", "total_s", "rtf", "score", "bytes", "prior_hours", "written_ns"]):
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
     return out
+
+
+def latest(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """One row per ``keys``: the greatest ``written_ns`` wins; unstamped lines (older runs) count as
+    older than any stamped one and among themselves the one read last wins (docs/records.md)."""
+    ordered = df.sort_values("written_ns", kind="stable", na_position="first")
+    return ordered.drop_duplicates(list(keys), keep="last").sort_index().reset_index(drop=True)
 
 
 def _read(paths: Iterable[str | Path], kind: str, fields: Sequence[Field]) -> pd.DataFrame:
@@ -142,7 +177,7 @@ def load_records(paths: Iterable[str | Path], detail: bool = False) -> pd.DataFr
     ``detail`` adds the raw output, frames, prompt and timing fields (for drilling into instances).
     """
     df = _read(paths, "records", RECORD_FIELDS + (DETAIL_FIELDS if detail else []))
-    return df.drop_duplicates(["config_hash", "key"], keep="last").reset_index(drop=True)
+    return latest(df, ["config_hash", "key"])
 
 
 def load_judgements(
@@ -164,7 +199,8 @@ def load_judgements(
         wanted &= df["judge"].astype("str") == judge
     if rubric_version is not None:
         wanted &= df["rubric_version"].astype("str") == str(rubric_version)
-    ordered = df.assign(_wanted=wanted.fillna(False)).sort_values("_wanted", kind="stable")
+    stamped = df.sort_values("written_ns", kind="stable", na_position="first")
+    ordered = stamped.assign(_wanted=wanted.fillna(False)).sort_values("_wanted", kind="stable")
     last = ordered.drop_duplicates(["config_hash", "key"], keep="last").drop(columns="_wanted")
     return last.sort_index().reset_index(drop=True)
 
@@ -183,8 +219,7 @@ def _current(judgements: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
 def load_memory(paths: Iterable[str | Path]) -> pd.DataFrame:
     """Per-session persistent-state lines; the last per (config_hash, trajectory, session) wins."""
     df = _read(paths, "memory", MEMORY_FIELDS)
-    keys = ["config_hash", "trajectory_id", "session_index"]
-    return df.drop_duplicates(keys, keep="last").reset_index(drop=True)
+    return latest(df, ["config_hash", "trajectory_id", "session_index"])
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,19 @@ Estimator = Callable[[Sums], np.ndarray]
 
 @dataclass(frozen=True)
 class Metric:
-    """A named estimator; ``n`` names the sums reported as its sample size; counts get no interval."""
+    """A named estimator; ``n`` names the sums reported as its sample size; counts get no interval.
+
+    ``judged``: the value needs judge scores, so it is withheld (NaN) while any gate-passing probe
+    in its sample is unjudged. ``answered``: also reported on answered instances only, as
+    ``<name>_answered`` (the view that leaves errored instances out).
+    """
 
     name: str
     value: Estimator
     n: tuple[str, ...]
     interval: bool = True
+    judged: bool = False
+    answered: bool = True
 
 
 def ratio(num: str, den: str, scale: float = 1.0) -> Estimator:
@@ -62,7 +69,7 @@ def count(column: str) -> Estimator:
     return lambda s: s[column]
 
 
-TASK_SCORE = Metric("task_score", ratio("score", "scored"), ("scored",))
+TASK_SCORE = Metric("task_score", ratio("score", "scored"), ("scored",), judged=True)
 POSITIVE_RATE = Metric("decision_positive_rate", ratio("pos_dec", "pos_n", 100.0), ("pos_n",))
 NEGATIVE_RATE = Metric("decision_negative_rate", ratio("neg_dec", "neg_n", 100.0), ("neg_n",))
 DECISION_BA = Metric("decision_ba", balanced(POSITIVE_RATE.value, NEGATIVE_RATE.value), ("pos_n", "neg_n"))
@@ -71,20 +78,22 @@ GATE_PASS = Metric(
     balanced(ratio("pos_gate", "pos_n", 100.0), ratio("neg_gate", "neg_n", 100.0)),
     ("pos_n", "neg_n"),
 )
-RESPONSE_QUALITY = Metric("response_quality", ratio("rq", "rq_has"), ("rq_has",))
-JUDGE_FAILURES = Metric("judge_failures", count("judge_fail"), ("n_inst",), interval=False)
+RESPONSE_QUALITY = Metric("response_quality", ratio("rq", "rq_has"), ("rq_has",), judged=True)
+JUDGE_FAILURES = Metric("judge_failures", count("judge_fail"), ("n_inst",), interval=False, answered=False)
 EA_ACCURACY = Metric("ea_accuracy", ratio("ea_ok", "ea_n", 100.0), ("ea_n",))
 EU_ACCURACY = Metric("eu_accuracy", ratio("eu_ok", "eu_n", 100.0), ("eu_n",))
 EA_BALANCED = Metric("ea_balanced", balanced(EA_ACCURACY.value, EU_ACCURACY.value), ("ea_n", "eu_n"))
 EA_ORIGINAL = Metric("ea_original_accuracy", ratio("orig_ok", "orig_n", 100.0), ("orig_n",))
-TTFT = Metric("ttft_s", ratio("ttft_sum", "ttft_n"), ("ttft_n",))
-LATENCY_TOTAL = Metric("latency_total_s", ratio("total_sum", "total_n"), ("total_n",))
-RTF = Metric("rtf", ratio("rtf_sum", "rtf_n"), ("rtf_n",))
-FORMAT_FAILURES = Metric("format_failures", count("fmt_fail"), ("n_inst",), interval=False)
+TTFT = Metric("ttft_s", ratio("ttft_sum", "ttft_n"), ("ttft_n",), answered=False)
+LATENCY_TOTAL = Metric("latency_total_s", ratio("total_sum", "total_n"), ("total_n",), answered=False)
+RTF = Metric("rtf", ratio("rtf_sum", "rtf_n"), ("rtf_n",), answered=False)
+FORMAT_FAILURES = Metric("format_failures", count("fmt_fail"), ("n_inst",), interval=False, answered=False)
 FORMAT_FAILURE_RATE = Metric("format_failure_rate", ratio("fmt_fail", "n_inst", 100.0), ("n_inst",))
-ERRORS = Metric("errors", count("errors"), ("n_inst", "errors"), interval=False)
-STORAGE_PER_HOUR = Metric("storage_bytes_per_hour", ratio("per_hour", "trajectories"), ("trajectories",))
-PEAK_STORAGE_MEAN = Metric("peak_storage_bytes_mean", ratio("peak", "trajectories"), ("trajectories",))
+ERRORS = Metric("errors", count("errors"), ("n_inst",), interval=False, answered=False)
+STORAGE_PER_HOUR = Metric(
+    "storage_bytes_per_hour", ratio("per_hour", "trajectories"), ("trajectories",), answered=False
+)
+PEAK_STORAGE_MEAN = Metric("peak_storage_bytes_mean", ratio("peak", "trajectories"), ("trajectories",), answered=False)
 
 COUNTS = frozenset({JUDGE_FAILURES.name, FORMAT_FAILURES.name, ERRORS.name})
 """Metrics that are plain counts: no interval, nothing to compare."""
@@ -113,13 +122,14 @@ class Pooled:
     metrics: tuple[Metric, ...]
 
 
-POOLED = (Pooled("adaptive", ADAPTIVE, _DECISION), Pooled(ALL, None, _EVERY_TASK))
+POOLED = (Pooled("adaptive", ADAPTIVE, _DECISION + (JUDGE_FAILURES,)), Pooled(ALL, None, _EVERY_TASK))
 STORAGE = (STORAGE_PER_HOUR, PEAK_STORAGE_MEAN)
 
 
 @dataclass(frozen=True)
 class MeanOf:
-    """``metric`` for ``label`` = unweighted mean of ``of`` over ``parts`` (defined only if all exist)."""
+    """``metric`` for ``label`` = unweighted mean of ``of`` over ``parts`` (defined only if all exist;
+    withheld, NaN, if any part is)."""
 
     metric: str
     label: str
@@ -136,4 +146,7 @@ MEANS = tuple(
     MeanOf("overall", ALL, "capability_score", tuple(CAPABILITIES)),
     MeanOf("response_quality", "adaptive", "response_quality", ADAPTIVE),
 )
+
+ANSWERED_SUFFIX = "_answered"
+"""Metric-name suffix of the answered-only view (docs/scores.md, "Two accounting views")."""
 """Evaluated in order: an entry may average earlier entries (overall averages capabilities)."""

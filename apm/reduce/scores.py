@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -11,14 +11,26 @@ import pandas as pd
 
 from apm.data.tasks import EA, TASKS
 from apm.reduce import bootstrap
-from apm.reduce.load import METHOD
-from apm.reduce.metrics import MEANS, POOLED, STORAGE, Metric, task_metrics
+from apm.reduce.load import CONFIG, METHOD
+from apm.reduce.metrics import ANSWERED_SUFFIX, MEANS, POOLED, STORAGE, MeanOf, Metric, task_metrics
 from apm.reduce.units import ALL, candidate_units, trajectory_units
 
-SCORE_COLUMNS = ["dataset", "memory", "backbone", "judge", "metric", "task", "value", "n", "ci_low", "ci_high"]
+SCORE_COLUMNS = [
+    *METHOD, *CONFIG, "judge", "metric", "task", "value", "n", "n_error", "n_unparsed", "n_unjudged",
+    "ci_low", "ci_high",
+]
+COUNT_COLUMNS = ["n", "n_error", "n_unparsed", "n_unjudged"]
 TASK_ORDER = TASKS + (EA,)
 
-Method = tuple[str, str, str]
+Method = tuple[str, ...]
+"""The values of :data:`METHOD` of one method."""
+
+ANSWERED = frozenset(
+    {m.name for task in TASK_ORDER for m in task_metrics(task) if m.answered}
+    | {m.name for pool in POOLED for m in pool.metrics if m.answered}
+    | {mean.metric for mean in MEANS}
+)
+"""Metrics also reported on answered instances only (``<metric>_answered``)."""
 
 
 @dataclass(frozen=True)
@@ -37,13 +49,17 @@ class Sample:
 
 @dataclass(frozen=True)
 class Estimate:
-    """One metric's value, sample size and bootstrap replicate values (empty: no interval)."""
+    """One metric's value, sample size, bootstrap replicate values (empty: no interval) and the
+    instances of its sample that errored, failed to parse, or wait for a judgement."""
 
     metric: str
     task: str
     value: float
     n: float
     reps: np.ndarray
+    n_error: float | None = None
+    n_unparsed: float | None = None
+    n_unjudged: float | None = None
 
     def interval(self) -> tuple[float, float]:
         return bootstrap.percentile_interval(self.reps) if self.reps.size else (float("nan"),) * 2
@@ -59,36 +75,65 @@ def sample(matrix: np.ndarray, columns: Sequence[str], label: str, seed: int, re
     )
 
 
+def _point(s: Sample, column: str) -> float | None:
+    return float(s.point[column][0]) if column in s.point else None
+
+
 def estimate(metric: Metric, task: str, s: Sample) -> Estimate:
-    """Evaluate ``metric`` on a sample (its replicates only when it has an interval)."""
+    """Evaluate ``metric`` on a sample (its replicates only when it has an interval); a judged
+    metric whose sample has unjudged probes is withheld: NaN, never a score missing its judgements."""
     n = float(sum(s.point[c][0] for c in metric.n))
     reps = metric.value(s.reps) if metric.interval else np.empty(0)
-    return Estimate(metric.name, task, float(metric.value(s.point)[0]), n, reps)
+    value = float(metric.value(s.point)[0])
+    unjudged = _point(s, "unjudged")
+    if metric.judged and unjudged:
+        value, reps = float("nan"), np.full_like(reps, np.nan)
+    return Estimate(metric.name, task, value, n, reps, _point(s, "errors"), _point(s, "fmt_fail"), unjudged)
+
+
+def _withheld(e: Estimate) -> bool:
+    return bool(e.n_unjudged) and not np.isfinite(e.value)
+
+
+def _mean(mean: MeanOf, parts: Sequence[Estimate]) -> Estimate:
+    """Unweighted mean of estimates, with summed sample sizes and counts."""
+
+    def total(field: str) -> float | None:
+        values = [getattr(p, field) for p in parts]
+        return None if any(v is None for v in values) else float(sum(values))
+
+    return Estimate(
+        mean.metric, mean.label, float(np.mean([p.value for p in parts])), float(sum(p.n for p in parts)),
+        np.mean([p.reps for p in parts], axis=0), total("n_error"), total("n_unparsed"), total("n_unjudged"),
+    )
 
 
 def evaluate(samples: Mapping[str, Sample]) -> list[Estimate]:
-    """All task, pooled and averaged metrics of one method, given its per-task samples."""
+    """All task, pooled and averaged metrics of one method, given its per-task samples.
+
+    Metrics without data (n = 0, or undefined) are left out; withheld ones (unjudged) are kept as NaN
+    and make every mean over them NaN.
+    """
     out = [estimate(m, task, s) for task, s in samples.items() for m in task_metrics(task)]
     for pool in POOLED:
         parts = [s for task, s in samples.items() if pool.tasks is None or task in pool.tasks]
         if parts:
             pooled = sum(parts[1:], parts[0])
             out += [estimate(m, pool.label, pooled) for m in pool.metrics]
-    out = [e for e in out if e.n > 0 and np.isfinite(e.value)]
+    out = [e for e in out if (e.n > 0 and np.isfinite(e.value)) or _withheld(e)]
     found = {(e.metric, e.task): e for e in out}
     for mean in MEANS:
         parts = [found.get((mean.of, part)) for part in mean.parts]
         if all(p is not None for p in parts):
-            e = Estimate(
-                mean.metric,
-                mean.label,
-                float(np.mean([p.value for p in parts])),
-                float(sum(p.n for p in parts)),
-                np.mean([p.reps for p in parts], axis=0),
-            )
+            e = _mean(mean, [p for p in parts if p is not None])
             found[(e.metric, e.task)] = e
             out.append(e)
     return out
+
+
+def answered_view(estimates: Sequence[Estimate]) -> list[Estimate]:
+    """Estimates computed on answered instances, renamed ``<metric>_answered`` (:data:`ANSWERED`)."""
+    return [replace(e, metric=e.metric + ANSWERED_SUFFIX) for e in estimates if e.metric in ANSWERED]
 
 
 def task_samples(units: pd.DataFrame, seed: int, reps: int) -> dict[str, Sample]:
@@ -109,51 +154,75 @@ def storage_estimates(trajectories: pd.DataFrame, seed: int, reps: int) -> list[
     return [estimate(m, ALL, s) for m in STORAGE] + [peak_max]
 
 
-def judge_names(records: pd.DataFrame, judgements: pd.DataFrame) -> dict[Method, str]:
-    """Per method, the judge model(s) whose judgements were used ('+'-joined; '' if none)."""
-    if judgements.empty:
+def judge_names(records: pd.DataFrame, judgements: pd.DataFrame) -> dict[str, str]:
+    """Per config hash, the judge(s) whose ok judgements were used ('+'-joined; '' if none)."""
+    used = judgements[judgements["status"].astype("str") == "ok"]
+    if used.empty:
         return {}
-    method_of = records.loc[:, METHOD + ["config_hash"]].astype("str").drop_duplicates("config_hash")
-    used = judgements.loc[:, ["config_hash", "judge"]].astype("str").merge(method_of, on="config_hash")
-    names = used.groupby(METHOD)["judge"].agg(lambda j: "+".join(sorted(set(j))))
-    return {tuple(k): v for k, v in names.items()}
+    names = used.astype({"config_hash": "str", "judge": "str"}).groupby("config_hash")["judge"]
+    return {h: "+".join(sorted(set(j))) for h, j in names}
 
 
-def check_one_config_per_method(records: pd.DataFrame) -> None:
-    """Refuse two configs (hashes) sharing a (dataset, memory, backbone): their scores would mix."""
-    hashes = records.loc[:, METHOD + ["config_hash"]].astype("str").drop_duplicates()
-    clash = hashes[hashes.duplicated(METHOD, keep=False)]
-    if len(clash):
-        raise ValueError(
-            "several config hashes for one (dataset, memory, backbone); reduce them separately:\n"
-            + clash.to_string(index=False)
-        )
+def judge_note(judgements: pd.DataFrame) -> str:
+    """Which judge(s) and rubric(s) produced the ok judgements used, for every table caption."""
+    used = judgements[judgements["status"].astype("str") == "ok"]
+    if used.empty:
+        return "Judge: none (no adaptive probe is judged)."
+    model = used["judge_model"].astype("str").where(used["judge_model"].notna(), "")
+    pairs = sorted(set(zip(used["judge"].astype("str"), model, used["rubric_version"].astype("str"))))
+    shown = "; ".join(f"{j} ({m}), rubric {r}" if m and m != j else f"{j}, rubric {r}" for j, m, r in pairs)
+    return f"Judge: {shown}."
+
+
+def unjudged_probes(records: pd.DataFrame, judgements: pd.DataFrame) -> int:
+    """Gate-passing adaptive probes without a judgement (none on record, or the judge was unreachable)."""
+    units = candidate_units(records, judgements)
+    return int(units["unjudged"].sum())
+
+
+def method_info(records: pd.DataFrame) -> pd.DataFrame:
+    """One row per config hash: the method's display names, config choices and variants."""
+    cols = [c for c in METHOD if c != "config_hash"] + CONFIG
+    info = records.loc[:, ["config_hash", *cols]].astype("str").drop_duplicates("config_hash")
+    return info.set_index("config_hash")
 
 
 def read_scores(path: str | Path) -> pd.DataFrame:
     """Read a ``scores.csv`` back: names such as ``none`` or ``NA`` stay strings, empty CIs are NaN."""
-    numeric = {c: [""] for c in ("value", "ci_low", "ci_high")}
+    numeric = {c: [""] for c in ("value", "ci_low", "ci_high", *COUNT_COLUMNS)}
     return pd.read_csv(path, keep_default_na=False, na_values=numeric)
 
 
-def _rows(method: Method, judge: str, estimates: Sequence[Estimate]) -> list[tuple]:
-    return [(*method, judge, e.metric, e.task, e.value, e.n, *e.interval()) for e in estimates]
+def _rows(config: pd.Series, judge: str, estimates: Sequence[Estimate]) -> list[tuple]:
+    head = [config[c] for c in METHOD[:-1]] + [config.name] + [config[c] for c in CONFIG]
+    return [
+        (*head, judge, e.metric, e.task, e.value, e.n, e.n_error, e.n_unparsed, e.n_unjudged, *e.interval())
+        for e in estimates
+    ]
 
 
 def score_table(
     records: pd.DataFrame, judgements: pd.DataFrame, memory: pd.DataFrame, seed: int = 0, reps: int = 1000
 ) -> pd.DataFrame:
-    """The long ``scores.csv`` table (:data:`SCORE_COLUMNS`) for every method in the inputs."""
-    check_one_config_per_method(records)
+    """The long ``scores.csv`` table (:data:`SCORE_COLUMNS`) for every method in the inputs.
+
+    Every metric in the paper's accounting (every instance counts), and the answered-only view of
+    the scores as ``<metric>_answered``. Methods are config hashes.
+    """
+    info = method_info(records)
     judges = judge_names(records, judgements)
+    views = (
+        (candidate_units(records, judgements), list),
+        (candidate_units(records[records["error"].isna()], judgements), answered_view),
+    )
     rows: list[tuple] = []
-    units = candidate_units(records, judgements)
-    for method, group in units.groupby(level=METHOD, observed=True, sort=True):
-        key = tuple(map(str, method))
-        rows += _rows(key, judges.get(key, ""), evaluate(task_samples(group, seed, reps)))
+    for units, view in views:
+        for method, group in units.groupby(level="config_hash", observed=True, sort=True):
+            rows += _rows(info.loc[str(method)], judges.get(str(method), ""),
+                          view(evaluate(task_samples(group, seed, reps))))
     storage = trajectory_units(memory)
-    for method, group in storage.groupby(level=METHOD, observed=True, sort=True):
-        key = tuple(map(str, method))
-        rows += _rows(key, judges.get(key, ""), storage_estimates(group, seed, reps))
+    for method, group in storage.groupby(level="config_hash", observed=True, sort=True):
+        if str(method) in info.index:
+            rows += _rows(info.loc[str(method)], judges.get(str(method), ""), storage_estimates(group, seed, reps))
     table = pd.DataFrame(rows, columns=SCORE_COLUMNS)
-    return table.astype({"n": "int64"})
+    return table.astype({c: "Int64" for c in COUNT_COLUMNS})

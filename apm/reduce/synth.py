@@ -205,7 +205,7 @@ def _probe(
 def small_run_set(root: Path) -> Path:
     """A tiny run set whose every score is computed by hand in tests/test_reduce_metrics.py.
 
-    ``root/main``: one method (raw_video), all 12 tasks, failed parses, failed/missing judgements,
+    ``root/main``: one method (raw_video), all 12 tasks, failed parses, a failed judgement,
     an ERA probe with the wrong option, a backbone error, a shrinking and a flat memory, and a record
     superseded by a later shard. ``root/ea``: the EA set under ``restricted`` memory.
     """
@@ -237,7 +237,8 @@ def small_run_set(root: Path) -> Path:
     ]
     later = [record("ER", "C1", latency=latency(3.0, None, None))]
     by_key = {r["key"]: r for r in recs}
-    judged = [("ERA", "E1", "n1", 4), ("ERA", "E2", "p", 5), ("RCR", "R1", "n1", 3), ("RCR", "R2", "n", 5),
+    judged = [("ERA", "E1", "n1", 4), ("ERA", "E2", "p", 5), ("RCR", "R1", "n1", 3), ("RCR", "R2", "p", 5),
+              ("RCR", "R2", "n", 5),
               ("MPA", "M1", "n", 2), ("PRM", "P1", "p1", 4), ("PRM", "P1", "n", 4), ("TPG", "T1", "p", 1)]
     judgements = [judgement(by_key[f"T1/{c}/{p}"], s) for _, c, p, s in judged]
     judgements.append(judgement(by_key["T1/R1/n2"], None, status="failed"))

@@ -15,9 +15,10 @@ import pandas as pd
 
 from apm.data.tasks import ADAPTIVE, EA, TASKS
 from apm.reduce import render
+from apm.reduce.load import CONFIG, METHOD
 from apm.reduce.metrics import CAPABILITIES
-from apm.reduce.names import human_bytes, method_group, method_label, method_rank, table_memory
-from apm.reduce.units import ALL
+from apm.reduce.names import human_bytes, method_group, method_label, method_rank
+from apm.reduce.units import ALL, EA_ORIGINAL_MEMORY
 
 Format = Callable[[float], str]
 
@@ -79,9 +80,11 @@ TABLES = (
     ),
     Table(
         "table7",
-        "Response quality after the gate (%) (Table 7, Eq. 3); superscripts: balanced gate pass rate.",
+        "Response quality after the gate (%) (Table 7, Eq. 3); superscripts: balanced gate pass rate. "
+        "Judge failures: gate-passing probes whose judge reply stayed invalid (left out of the means).",
         tuple(Column(t, "response_quality", t, sup=("gate_pass_balanced", t)) for t in ADAPTIVE)
-        + (Column("Average", "response_quality", "adaptive"),),
+        + (Column("Average", "response_quality", "adaptive"),
+           Column("Judge failures", "judge_failures", "adaptive", integer)),
     ),
     Table(
         "table8_9",
@@ -108,54 +111,101 @@ TABLES = (
 )
 
 
-def method_rows(scores: pd.DataFrame) -> pd.DataFrame:
-    """Scores with a ``method`` label (EA scores under their main protocol's row), in paper order.
+def _ea_only(scores: pd.DataFrame) -> set[str]:
+    """Config hashes holding only the EA set (none of the 12 tasks): they contribute only EA scores."""
+    main = scores.loc[scores["task"].isin(TASKS), "config_hash"]
+    return set(scores["config_hash"]) - set(main)
 
-    Of a dataset holding only the EA set, only EA scores are kept (its latency or storage would
-    otherwise stand for the main run's). Where several main datasets remain, labels name them.
+
+def _disambiguated(labels: dict[str, str], info: pd.DataFrame) -> dict[str, str]:
+    """Labels that collide name their dataset, then (if still equal) their config hash."""
+    out = dict(labels)
+    for suffix in (lambda h: str(info.at[h, "dataset"]), lambda h: h):
+        taken = pd.Series(out).value_counts()
+        out = {h: f"{label} [{suffix(h)}]" if taken[label] > 1 else label for h, label in out.items()}
+    return out
+
+
+def _labels(info: pd.DataFrame, ea_only: set[str]) -> dict[str, str]:
+    """Per config hash, its row label. An EA-only config takes the label of its main protocol's
+    method (``EA_ORIGINAL_MEMORY``, same backbone config and settings), so its EA scores fill that
+    row; without one it gets a row of its own, under the main protocol's name."""
+    main = info.loc[[h for h in info.index if h not in ea_only]]
+    labels = _disambiguated(
+        {h: method_label(r.memory, r.backbone, r.memory_variant, r.backbone_variant) for h, r in main.iterrows()},
+        info,
+    )
+    for h in sorted(ea_only):
+        r = info.loc[h]
+        target = EA_ORIGINAL_MEMORY.get(r.memory_config, r.memory_config)
+        found = main[(main["memory_config"] == target) & (main["backbone_config"] == r.backbone_config)
+                     & (main["backbone_variant"] == r.backbone_variant)]
+        shown = target if target != r.memory_config else r.memory
+        labels[h] = labels[found.index[0]] if len(found) else method_label(shown, r.backbone, "", r.backbone_variant)
+    return labels
+
+
+def method_rows(scores: pd.DataFrame) -> pd.DataFrame:
+    """Scores with a ``method`` label and ``group``, in the paper's row order (an ordered categorical).
+
+    Methods are config hashes. Of a config holding only the EA set, only EA scores are kept (its
+    latency or storage would otherwise stand for the main run's), in its main protocol's row.
     """
-    by_dataset = scores.groupby("dataset")["task"]
-    ea_only = [d for d, tasks in by_dataset if EA in set(tasks) and not set(tasks) & set(TASKS)]
-    scores = scores[~scores["dataset"].isin(ea_only) | (scores["task"] == EA)]
-    memory = [table_memory(m, t) for m, t in zip(scores["memory"].astype(str), scores["task"].astype(str))]
-    backbone = scores["backbone"].astype(str)
-    labelled = scores.assign(
-        table_memory=memory,
-        group=[method_group(m, b) for m, b in zip(memory, backbone)],
-        method=[method_label(m, b) for m, b in zip(memory, backbone)],
-    )
-    main = labelled.loc[labelled["task"] != EA, "dataset"].unique()
-    if len(main) > 1:
-        tagged = labelled["method"] + " [" + labelled["dataset"].astype(str) + "]"
-        labelled["method"] = labelled["method"].where(labelled["task"] == EA, tagged)
-    order = sorted(
-        labelled.drop_duplicates("method").itertuples(), key=lambda r: method_rank(r.table_memory, str(r.backbone))
-    )
-    return labelled.assign(method=pd.Categorical(labelled["method"], [r.method for r in order], ordered=True))
+    ea_only = _ea_only(scores)
+    scores = scores[~scores["config_hash"].isin(ea_only) | (scores["task"] == EA)]
+    info = scores.loc[:, [*METHOD, *CONFIG]].astype(str).drop_duplicates("config_hash").set_index("config_hash")
+    labels = _labels(info, ea_only)
+    main = info.loc[[h for h in info.index if h not in ea_only]]
+    rank = {labels[h]: method_rank(r.memory_config, r.backbone_config) for h, r in main.iterrows()}
+    rank.update({labels[h]: (99, 0, "", "") for h in ea_only if labels[h] not in rank})
+    group = {h: method_group(EA_ORIGINAL_MEMORY.get(r.memory_config, r.memory_config), r.backbone_config)
+             for h, r in info.iterrows()}
+    hashes = scores["config_hash"].astype(str)
+    labelled = scores.assign(method=hashes.map(labels), group=hashes.map(group))
+    order = sorted(set(labels.values()), key=lambda label: (rank[label], label))
+    return labelled.assign(method=pd.Categorical(labelled["method"], order, ordered=True))
+
+
+def _pivot(table: Table, rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per method, ``column`` of each of the table's cells (and superscripts, as '<h> sup')."""
+    cells = {}
+    for c in table.columns:
+        cells[c.header] = _cell(rows, c.metric, c.task, column)
+        if c.sup:
+            cells[f"{c.header} sup"] = _cell(rows, *c.sup, column)
+    return pd.DataFrame(cells, index=rows["method"].cat.categories)
+
+
+def _cell(rows: pd.DataFrame, metric: str, task: str, column: str = "value") -> pd.Series:
+    hit = rows[(rows["metric"] == metric) & (rows["task"] == task)]
+    return hit.groupby("method", observed=True)[column].last()
 
 
 def numeric(table: Table, scores: pd.DataFrame) -> pd.DataFrame:
-    """One row per method having any of the table's values; columns as headers (+ '<h> sup')."""
+    """One row per method having any of the table's cells (a withheld one, NaN, counts); columns
+    as headers (+ '<h> sup')."""
     rows = method_rows(scores)
-    cells = {}
-    for c in table.columns:
-        cells[c.header] = _cell(rows, c.metric, c.task)
-        if c.sup:
-            cells[f"{c.header} sup"] = _cell(rows, *c.sup)
-    out = pd.DataFrame(cells, index=rows["method"].cat.categories)
-    out = out.dropna(how="all", subset=[c.header for c in table.columns])
+    present = _pivot(table, rows, "metric").notna()
+    out = _pivot(table, rows, "value")[present.any(axis=1)]
     out.index.name = "Method"
     return out
 
 
-def _cell(rows: pd.DataFrame, metric: str, task: str) -> pd.Series:
-    hit = rows[(rows["metric"] == metric) & (rows["task"] == task)]
-    return hit.groupby("method", observed=True)["value"].last()
+def error_marks(table: Table, scores: pd.DataFrame) -> pd.DataFrame:
+    """Per method and column, whether the cell's instances include backbone errors (counted wrong)."""
+    errors = _pivot(table, method_rows(scores), "n_error")
+    return errors.apply(pd.to_numeric, errors="coerce").fillna(0) > 0
 
 
-def formatted(table: Table, values: pd.DataFrame, latex: bool) -> pd.DataFrame:
-    """Cells as strings: the column format, '–' (LaTeX: '--') when missing, superscripts."""
+ERROR_MARK = "†"
+ERROR_NOTE = f"{ERROR_MARK}: the method had backbone errors on these instances; they count as wrong (docs/scores.md)."
+
+
+def formatted(table: Table, values: pd.DataFrame, latex: bool, marks: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Cells as strings: the column format, '–' (LaTeX: '--') when missing or withheld,
+    superscripts, and :data:`ERROR_MARK` on cells whose instances include errors."""
     missing = "--" if latex else "–"
+    mark = r"$^\dagger$" if latex else ERROR_MARK
 
     def show(value: float, fmt: Format) -> str:
         if not np.isfinite(value):
@@ -172,23 +222,31 @@ def formatted(table: Table, values: pd.DataFrame, latex: bool) -> pd.DataFrame:
                 v if s == missing else (f"{v}$^{{{s}}}$" if latex else f"{v}<sup>{s}</sup>")
                 for v, s in zip(cells, sups)
             ]
+        if marks is not None and c.header in marks:
+            flagged = marks[c.header].reindex(values.index, fill_value=False)
+            cells = [f"{v}{mark}" if f and v != missing else v for v, f in zip(cells, flagged)]
         out[c.header] = cells
     return out
 
 
-def write_tables(scores: pd.DataFrame, out: Path) -> list[Path]:
-    """Every table as ``<name>.md``, ``.csv`` (numeric) and ``.tex`` under ``out``; skips empty ones."""
+def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[Path]:
+    """Every table as ``<name>.md``, ``.csv`` (numeric) and ``.tex`` under ``out``; skips empty ones.
+
+    ``judge_note`` (which judge and rubric produced the judgements) ends every caption.
+    """
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for table in TABLES:
         values = numeric(table, scores)
         if values.empty:
             continue
+        marks = error_marks(table, scores).reindex(values.index, fill_value=False)
+        caption = " ".join(filter(None, [table.caption, ERROR_NOTE if marks.to_numpy().any() else "", judge_note]))
         stem = out / table.name
         values.to_csv(stem.with_suffix(".csv"))
-        stem.with_suffix(".md").write_text(render.markdown(formatted(table, values, False), table.caption))
+        stem.with_suffix(".md").write_text(render.markdown(formatted(table, values, False, marks), caption))
         stem.with_suffix(".tex").write_text(
-            render.latex(formatted(table, values, True), table.caption, f"tab:{table.name}")
+            render.latex(formatted(table, values, True, marks), caption, f"tab:{table.name}")
         )
         written += [stem.with_suffix(s) for s in (".md", ".csv", ".tex")]
     return written

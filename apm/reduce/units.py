@@ -20,7 +20,7 @@ UNIT = METHOD + ["task", "trajectory_id", "candidate_id"]
 
 SUMMED = [
     "n_inst", "errors", "fmt_fail", "pos_n", "pos_dec", "pos_gate", "neg_n", "neg_dec", "neg_gate",
-    "judge_fail", "ea_n", "ea_ok", "eu_n", "eu_ok",
+    "judge_fail", "unjudged", "ea_n", "ea_ok", "eu_n", "eu_ok",
     "ttft_sum", "ttft_n", "total_sum", "total_n", "rtf_sum", "rtf_n",
 ]
 """Statistics that are plain per-instance counts or sums within a candidate."""
@@ -31,21 +31,26 @@ STATS = SUMMED + ["score", "scored", "rq", "rq_has", "orig_ok", "orig_n"]
 ALL = "all"
 """The ``task`` label of metrics pooled over every instance (or trajectory) of a method."""
 
-EA_ORIGINAL_MEMORY: Mapping[str, str] = {"Restricted Memory (last 2 sessions)": "Raw Video as Memory", "restricted": "raw_video"}
-"""EA runs under this memory take their originals from runs under that one (see docs/scores.md)."""
+EA_ORIGINAL_MEMORY: Mapping[str, str] = {"restricted": "raw_video"}
+"""EA runs under this memory config take their originals from runs under that one (docs/scores.md)."""
 
 
 def with_judge_scores(records: pd.DataFrame, judgements: pd.DataFrame) -> pd.DataFrame:
-    """Records plus ``judge`` (name) and ``judge_score`` (1–5; NaN if missing or failed)."""
-    picked = judgements.loc[:, ["config_hash", "key", "judge", "status", "score"]]
+    """Records plus ``judge`` (name), ``judge_score`` (1–5; NaN unless ok) and ``judge_state``:
+    ``ok``, ``failed`` (the judge replied, invalidly, after its retries) or ``missing`` (no
+    judgement, or the judge could not be reached: ``apm-judge`` asks those again)."""
+    picked = judgements.loc[:, ["config_hash", "key", "judge", "status", "failure", "score"]]
+    status = picked["status"].astype("str")
+    unreached = picked["failure"].astype("str") == "backbone"
     picked = picked.assign(
-        judge_score=picked["score"].where(picked["status"].astype("str") == "ok"),
+        judge_score=picked["score"].where(status == "ok"),
+        judge_state=np.where(status == "ok", "ok", np.where(unreached, "missing", "failed")),
         config_hash=picked["config_hash"].astype("str"),
-    ).drop(columns=["status", "score"])
+    ).drop(columns=["status", "failure", "score"])
     left = records.assign(_hash=records["config_hash"].astype("str"))
     out = left.merge(picked, how="left", left_on=["_hash", "key"], right_on=["config_hash", "key"],
                      suffixes=("", "_j"), sort=False)
-    return out.drop(columns=["_hash", "config_hash_j"])
+    return out.drop(columns=["_hash", "config_hash_j"]).fillna({"judge_state": "missing"})
 
 
 def _flag(s: pd.Series) -> np.ndarray:
@@ -54,28 +59,32 @@ def _flag(s: pd.Series) -> np.ndarray:
 
 
 def _instance_stats(rec: pd.DataFrame) -> pd.DataFrame:
-    """Per-instance numerators and denominators; errored instances count only in ``errors``."""
+    """Per-instance numerators and denominators. Every instance counts: an errored one has no
+    decision, answer or gate pass, so it is wrong wherever it is scored (B.5); only latency means
+    are over answered instances."""
     ok = rec["error"].isna().to_numpy(dtype="float64")
     task = rec["task"].astype("str")
-    adaptive = task.isin(ADAPTIVE).to_numpy(dtype="float64") * ok
+    adaptive = task.isin(ADAPTIVE).to_numpy(dtype="float64")
     pos = (rec["polarity"].astype("str") == "positive").to_numpy(dtype="float64") * adaptive
     neg = (rec["polarity"].astype("str") == "negative").to_numpy(dtype="float64") * adaptive
     decision = rec["decision"].astype("str")
-    gate = _flag(rec["gate_pass"])
-    correct = _flag(rec["correct"])
-    ea = (task == EA).to_numpy(dtype="float64") * ok
+    gate = _flag(rec["gate_pass"]) * ok
+    correct = _flag(rec["correct"]) * ok
+    ea = (task == EA).to_numpy(dtype="float64")
     avail = _flag(rec["evidence_available"])
+    state = rec["judge_state"].astype("str")
     cols: dict[str, np.ndarray] = {
-        "n_inst": ok,
+        "n_inst": np.ones(len(rec)),
         "errors": 1.0 - ok,
         "fmt_fail": (rec["parse_status"].astype("str") == "failed").to_numpy(dtype="float64") * ok,
         "pos_n": pos,
-        "pos_dec": pos * (decision == "INTERVENE").to_numpy(dtype="float64"),
+        "pos_dec": pos * ok * (decision == "INTERVENE").to_numpy(dtype="float64"),
         "pos_gate": pos * gate,
         "neg_n": neg,
-        "neg_dec": neg * (decision == "SILENT").to_numpy(dtype="float64"),
+        "neg_dec": neg * ok * (decision == "SILENT").to_numpy(dtype="float64"),
         "neg_gate": neg * gate,
-        "judge_fail": adaptive * gate * rec["judge_score"].isna().to_numpy(dtype="float64"),
+        "judge_fail": adaptive * gate * (state == "failed").to_numpy(dtype="float64"),
+        "unjudged": adaptive * gate * (state == "missing").to_numpy(dtype="float64"),
         "ea_n": ea * avail,
         "ea_ok": ea * avail * correct,
         "eu_n": ea * (1.0 - avail),
@@ -99,10 +108,14 @@ def polarity_balanced_mean(df: pd.DataFrame, value: str) -> pd.Series:
     return by_polarity.groupby(level=UNIT, observed=True, sort=False).mean()
 
 
-def _adaptive_scores(ok: pd.DataFrame) -> pd.DataFrame:
-    """Gated score (Eq. 1, 0–100) and response quality (Eq. 3, 0–100) of each adaptive candidate."""
-    adaptive = ok[ok["task"].astype("str").isin(ADAPTIVE)]
-    gate = adaptive["gate_pass"].fillna(False).to_numpy(dtype=bool)
+def _adaptive_scores(rec: pd.DataFrame) -> pd.DataFrame:
+    """Gated score (Eq. 1, 0–100) and response quality (Eq. 3, 0–100) of each adaptive candidate.
+
+    A gate-passing probe without an ok judgement is left out of its candidate's means (a task with
+    unjudged probes is withheld later, in :mod:`apm.reduce.scores`); an errored probe fails the gate.
+    """
+    adaptive = rec[rec["task"].astype("str").isin(ADAPTIVE)]
+    gate = (adaptive["gate_pass"].fillna(False) & adaptive["error"].isna()).to_numpy(dtype=bool)
     judged = adaptive["judge_score"].to_numpy(dtype="float64")
     probes = adaptive.loc[:, UNIT + ["polarity"]].assign(
         gated=np.where(gate, judged, 0.0), quality=np.where(gate, judged, np.nan)
@@ -112,10 +125,11 @@ def _adaptive_scores(ok: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"score": score, "rq": rq})
 
 
-def _mcqa_scores(ok: pd.DataFrame) -> pd.DataFrame:
-    """Accuracy (0–100) of each MCQA candidate; an unparseable or null answer is wrong."""
-    mcqa = ok[ok["task"].astype("str").isin(MCQA_TASKS)]
-    correct = mcqa.loc[:, UNIT].assign(score=100.0 * _flag(mcqa["correct"]))
+def _mcqa_scores(rec: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy (0–100) of each MCQA candidate; an errored, unparseable or null answer is wrong."""
+    mcqa = rec[rec["task"].astype("str").isin(MCQA_TASKS)]
+    right = mcqa["correct"].fillna(False) & mcqa["error"].isna()
+    correct = mcqa.loc[:, UNIT].assign(score=100.0 * _flag(right))
     return correct.groupby(UNIT, observed=True, sort=False)[["score"]].mean()
 
 
@@ -123,22 +137,22 @@ def original_correct(records: pd.DataFrame) -> pd.DataFrame:
     """Per EA unit with an original: ``orig_ok`` = the original question's accuracy (0–1), ``orig_n`` = 1.
 
     The original is the non-EA candidate ``original_candidate_id`` of the same trajectory, answered
-    by a method with the same backbone and memory (EA memory mapped by ``EA_ORIGINAL_MEMORY``).
+    by a method with the same backbone config (and backbone settings) and memory config (EA memory
+    mapped by ``EA_ORIGINAL_MEMORY``); an errored original counts as wrong.
     """
-    ok = records[records["error"].isna()]
-    ea = ok[(ok["task"].astype("str") == EA) & ok["original_candidate_id"].notna()]
-    mcqa = ok[ok["task"].astype("str").isin(MCQA_TASKS)]
+    ea = records[(records["task"].astype("str") == EA) & records["original_candidate_id"].notna()]
+    mcqa = records[records["task"].astype("str").isin(MCQA_TASKS)]
     join = ["j_memory", "j_backbone", "j_trajectory", "j_candidate"]
     originals = pd.DataFrame({
-        "j_memory": mcqa["memory"].astype("str"),
-        "j_backbone": mcqa["backbone"].astype("str"),
+        "j_memory": mcqa["memory_config"].astype("str"),
+        "j_backbone": _backbone_identity(mcqa),
         "j_trajectory": mcqa["trajectory_id"].astype("str"),
         "j_candidate": mcqa["candidate_id"].astype("str"),
-        "orig_ok": _flag(mcqa["correct"]),
+        "orig_ok": _flag(mcqa["correct"].fillna(False) & mcqa["error"].isna()),
     }).groupby(join, sort=False)["orig_ok"].mean().reset_index()
     lookup = ea.loc[:, UNIT].assign(
-        j_memory=ea["memory"].astype("str").replace(dict(EA_ORIGINAL_MEMORY)),
-        j_backbone=ea["backbone"].astype("str"),
+        j_memory=ea["memory_config"].astype("str").replace(dict(EA_ORIGINAL_MEMORY)),
+        j_backbone=_backbone_identity(ea),
         j_trajectory=ea["trajectory_id"].astype("str"),
         j_candidate=ea["original_candidate_id"].astype("str"),
     )
@@ -146,13 +160,17 @@ def original_correct(records: pd.DataFrame) -> pd.DataFrame:
     return found.groupby(UNIT, observed=True, sort=False)[["orig_ok", "orig_n"]].mean()
 
 
+def _backbone_identity(records: pd.DataFrame) -> pd.Series:
+    """The backbone config plus its settings that differ from the default."""
+    return records["backbone_config"].astype("str") + "|" + records["backbone_variant"].astype("str")
+
+
 def candidate_units(records: pd.DataFrame, judgements: pd.DataFrame) -> pd.DataFrame:
     """One row per (method, task, candidate) with all :data:`STATS` columns (index: :data:`UNIT`)."""
     rec = with_judge_scores(records, judgements)
     stats = pd.concat([rec.loc[:, UNIT], _instance_stats(rec)], axis=1)
     units = stats.groupby(UNIT, observed=True, sort=False)[SUMMED].sum()
-    ok = rec[rec["error"].isna()]
-    scored = pd.concat([_mcqa_scores(ok), _adaptive_scores(ok)])
+    scored = pd.concat([_mcqa_scores(rec), _adaptive_scores(rec)])
     units = units.join(scored, how="left").join(original_correct(records), how="left")
     units["scored"] = units["score"].notna().astype("float64")
     units["rq_has"] = units["rq"].notna().astype("float64")
