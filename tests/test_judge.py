@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from runner_helpers import compose_run, records, run
 
 from apm.judge.cli import judge_backbone
-from apm.judge.rubric import check_reply, guidance, rubric
+from apm.judge.rubric import RUBRIC_VERSION, check_reply, guidance, rubric
 from apm.judge.stage import JudgeStage
 from apm.runner.records import read_folder
 from apm.synth import generate
-from runner_helpers import compose_run, records, run
 
 GOOD = json.dumps({
     "score": 4,
@@ -36,13 +36,13 @@ def oracle_run(tmp_path_factory):
                                                                "dataset.tasks=[ERA,RCR,MPA,PRM,TPG,ER]"]))
 
 
-def fake_judge(reply: str, monkeypatch):
+def fake_judge(reply: str, monkeypatch, *overrides: str):
     proc = subprocess.Popen([sys.executable, "-m", "apm.backbones.fake_server", "--port", "0", "--reply", reply],
                             stdout=subprocess.PIPE, text=True)
     port = int(proc.stdout.readline().split()[1])
     monkeypatch.setenv("APM_JUDGE_KEY", "k")
     judge = judge_backbone(["judge=deepseek_v4_flash", f"judge.base_url=http://127.0.0.1:{port}/v1",
-                            "judge.api_key_env=APM_JUDGE_KEY", "judge.max_attempts=1"])
+                            "judge.api_key_env=APM_JUDGE_KEY", "judge.max_attempts=1", *overrides])
     return proc, judge
 
 
@@ -69,7 +69,31 @@ def test_valid_judgements_are_cached_and_a_second_run_makes_no_call(oracle_run, 
     judged = list(read_folder(oracle_run / "judgements"))
     assert {j["key"] for j in judged} == {r["key"] for r in gated}
     assert all(j["status"] == "ok" and j["score"] == 4 for j in judged)
-    assert all(j["judge"] == "DeepSeek-V4-Flash" and j["rubric_version"] == "a3/v1" for j in judged)
+    assert all(j["judge"] == "DeepSeek-V4-Flash" and j["rubric_version"] == RUBRIC_VERSION for j in judged)
+
+
+def test_judge_cache_is_keyed_on_the_judge_model_not_its_display_name(oracle_run, monkeypatch, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(oracle_run, run_dir, ignore=shutil.ignore_patterns("judgements"))
+    n = len([r for r in records(run_dir) if r["family"] == "adaptive"])
+    runs = {}
+    for label, overrides in {"paper": (), "other model, same name": ("judge.model=deepseek-v9",),
+                             "same model, new name": ("judge.name=Renamed judge",)}.items():
+        proc, judge = fake_judge(GOOD, monkeypatch, *overrides)
+        try:
+            runs[label] = judge_once(judge, run_dir)
+        finally:
+            proc.terminate()
+    assert runs["paper"].calls == n > 0
+    assert runs["other model, same name"].calls == n and runs["other model, same name"].cached == 0
+    assert runs["same model, new name"].calls == 0 and runs["same model, new name"].cached == n
+    judged = list(read_folder(run_dir / "judgements"))
+    assert {(j["judge"], j["judge_model"], j["judge_snapshot"]) for j in judged} == {
+        ("DeepSeek-V4-Flash", "deepseek-v4-flash", "deepseek-v4-flash-snapshot"),
+        ("DeepSeek-V4-Flash", "deepseek-v9", "deepseek-v9-snapshot"),
+    }
 
 
 def test_invalid_replies_are_retried_then_recorded_as_failed(oracle_run, monkeypatch, tmp_path):
@@ -123,6 +147,7 @@ def test_gate_only_reference_judge_scores_every_gate_pass_5(oracle_run, tmp_path
     judged = list(read_folder(run_dir / "judgements"))
     assert stats.judged == len(judged) > 0 and {j["score"] for j in judged} == {5}
     assert {j["judge"] for j in judged} == {"Gate-only reference judge (no LLM)"}
+    assert {(j["judge_model"], j["judge_snapshot"]) for j in judged} == {("apm.judge.reference.GateOnlyJudge", None)}
 
 
 def test_judge_runs_inline_at_the_end_of_apm_run(tmp_path):

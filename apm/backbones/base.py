@@ -121,6 +121,9 @@ class Response:
     attempts: int = 1
     """Attempts made (HTTP attempts for remote engines); counts describe only the last one."""
     truncation: Truncation | None = None
+    model: str | None = None
+    """The model the engine says answered (an OpenAI-compatible reply's ``model``: the served
+    snapshot, e.g. a dated API version); None where the engine reports none."""
 
     @property
     def ok(self) -> bool:

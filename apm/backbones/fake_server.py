@@ -140,14 +140,16 @@ class FakeServer:
         if fault == "malformed":
             _event(writer, '{"choices": [{"delta": {"content": "x"')
         pieces = _split(self.reply, self.chunks)
+        served = {"model": f"{body.get('model')}-snapshot"}  # as an API names the dated model it served
         for i, piece in enumerate(pieces):
-            _event(writer, json.dumps({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}))
+            delta = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
+            _event(writer, json.dumps({**served, "choices": [delta]}))
             if fault == "drop" and i == len(pieces) // 2:
                 await writer.drain()
                 writer.transport.abort()
                 return False
         usage = {"prompt_tokens": len(json.dumps(body)) // 4, "completion_tokens": len(pieces)}
-        _event(writer, json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        _event(writer, json.dumps({**served, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
         _event(writer, json.dumps({"choices": [], "usage": usage}))
         _event(writer, "[DONE]")
         writer.write(b"0\r\n\r\n")

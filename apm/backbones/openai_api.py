@@ -59,6 +59,7 @@ class _Answer:
     prompt_tokens: int | None
     completion_tokens: int | None
     finish_reason: str | None
+    model: str | None
 
 
 def plain(value: Any) -> Any:
@@ -189,6 +190,7 @@ class OpenAIBackbone(Backbone):
                 finish_reason=answer.finish_reason,
                 attempts=attempts,
                 truncation=truncation,
+                model=answer.model,
             )
         log.warning("%s %s: %s", self.name, request.request_id, error)
         return Response(error=error, elapsed_s=time.perf_counter() - began, attempts=attempts, truncation=truncation)
@@ -307,7 +309,7 @@ class OpenAIBackbone(Backbone):
                     raise _Retryable(message, _retry_after(r.headers.get("retry-after")))
                 raise _Fatal(message)
             pieces: list[str] = []
-            ttft = finish = usage = None
+            ttft = finish = usage = served = None
             done = False
             async for line in r.aiter_lines():  # read to the end, so the connection can be reused
                 if done or not line.startswith("data:"):
@@ -323,6 +325,7 @@ class OpenAIBackbone(Backbone):
                 if chunk.get("error"):
                     raise _Retryable(f"error event in stream: {str(chunk['error'])[:200]}")
                 usage = chunk.get("usage") or usage
+                served = chunk.get("model") or served
                 for choice in chunk.get("choices") or ():
                     piece = (choice.get("delta") or {}).get("content")
                     if piece:
@@ -338,6 +341,7 @@ class OpenAIBackbone(Backbone):
             prompt_tokens=(usage or {}).get("prompt_tokens"),
             completion_tokens=(usage or {}).get("completion_tokens"),
             finish_reason=finish,
+            model=served,
         )
 
 

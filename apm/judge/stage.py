@@ -2,7 +2,9 @@
 
 Records are never rewritten. A judgement is cached by (judge model, rubric version, instance key,
 response digest): a judgement on record for that cache key is not asked again, so a second run makes
-no model call and a rubric or response change re-judges. An invalid reply is retried up to
+no model call and a rubric, response or judge model change re-judges. The judge model is the model
+id the judge was configured with (:func:`judge_model`), never its display name, so renaming a judge
+reuses its judgements and pointing a name at another model does not. An invalid reply is retried up to
 ``invalid_retries`` times; a judgement that still fails is written with ``status: failed`` and
 ``score: null`` (missing, never 0) and ``failure: invalid_reply`` (cached like a success), or
 ``failure: backbone`` when the judge could not be reached after the backbone's own retries — those
@@ -22,20 +24,32 @@ from typing import Any
 from apm.backbones.base import GenerationSettings, Message, Request
 from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE
-from apm.judge.rubric import REPLY_SCHEMA, RUBRIC_VERSION, check_reply, judge_prompt, probe_reference
+from apm.judge.rubric import (
+    JUDGE_SYSTEM,
+    REPLY_SCHEMA,
+    RUBRIC_VERSION,
+    check_reply,
+    judge_prompt,
+    probe_reference,
+)
 from apm.runner.config import slug
 from apm.runner.records import JsonlAppender, latest_records, read_folder
-
-JUDGE_SYSTEM = "You are an impartial evaluator. Reply with exactly one JSON object."
 
 
 def response_digest(output: str) -> str:
     return hashlib.sha256(output.encode()).hexdigest()
 
 
-def cache_key(judge: str, key: str, output: str) -> str:
-    """Identity of a judgement: judge model, rubric version, instance key, response digest."""
-    return hashlib.sha256(json.dumps([judge, RUBRIC_VERSION, key, response_digest(output)]).encode()).hexdigest()
+def judge_model(judge: Any) -> str:
+    """The judge's model identity: its configured model id (``model``, else ``model_path``), or for a
+    judge without a model (``gate_only``) its class, ``module.QualName``."""
+    configured = getattr(judge, "model", None) or getattr(judge, "model_path", None)
+    return str(configured) if configured else f"{type(judge).__module__}.{type(judge).__qualname__}"
+
+
+def cache_key(model: str, key: str, output: str) -> str:
+    """Identity of a judgement: judge model identity, rubric version, instance key, response digest."""
+    return hashlib.sha256(json.dumps([model, RUBRIC_VERSION, key, response_digest(output)]).encode()).hexdigest()
 
 
 def needs_judge(rec: dict[str, Any]) -> bool:
@@ -60,6 +74,7 @@ class JudgeStage:
         """``only_keys``/``file_suffix``: a shard job judging inline takes only its own instances and
         writes its own file, so concurrent shards never judge the same probe or share a file."""
         self.judge = judge
+        self.model = judge_model(judge)
         self.only_keys = only_keys
         self.file_suffix = file_suffix
         self.concurrency = concurrency
@@ -81,7 +96,7 @@ class JudgeStage:
         done = {j["cache_key"] for j in read_folder(run_dir / "judgements") if j.get("failure") != "backbone"}
         todo = [r for r in latest_records(run_dir / "records").values()
                 if needs_judge(r) and (self.only_keys is None or r["key"] in self.only_keys)]
-        fresh = [r for r in todo if cache_key(self.judge.name, r["key"], r["output"]) not in done]
+        fresh = [r for r in todo if cache_key(self.model, r["key"], r["output"]) not in done]
         self.stats.cached += len(todo) - len(fresh)
         out = JsonlAppender(run_dir / "judgements" / f"{slug(self.judge.name)}{self.file_suffix}.jsonl")
         try:
@@ -102,10 +117,11 @@ class JudgeStage:
                           self.settings, request_id=f"judge:{rec['key']}")
         errors: list[str] = []
         began = time.perf_counter()
-        verdict = None
+        verdict = snapshot = None
         for _ in range(1 + self.invalid_retries):
             self.stats.calls += 1
             response = await self.judge.generate(request)
+            snapshot = response.model or snapshot
             if not response.ok:
                 errors.append(f"backbone: {response.error}")
                 break
@@ -120,9 +136,11 @@ class JudgeStage:
             "key": rec["key"],
             "run": rec["run"],
             "judge": self.judge.name,
+            "judge_model": self.model,
+            "judge_snapshot": snapshot,
             "rubric_version": RUBRIC_VERSION,
             "response_sha256": response_digest(rec["output"]),
-            "cache_key": cache_key(self.judge.name, rec["key"], rec["output"]),
+            "cache_key": cache_key(self.model, rec["key"], rec["output"]),
             "status": "ok" if verdict else "failed",
             "score": verdict.score if verdict else None,
             "criterion_checks": verdict.criterion_checks if verdict else None,
