@@ -46,7 +46,7 @@ def value(scores: pd.DataFrame, metric: str, task: str, memory: str = "raw_video
 def test_columns(scores: pd.DataFrame) -> None:
     assert list(scores.columns) == [
         "dataset", "memory", "backbone", "config_hash", "memory_config", "backbone_config", "memory_variant",
-        "backbone_variant", "judge", "metric", "task", "value", "n", "n_error", "n_unparsed", "n_unjudged",
+        "backbone_variant", "streaming", "persistent", "judge", "metric", "task", "value", "n", "n_error", "n_unparsed", "n_unjudged",
         "ci_low", "ci_high",
     ]
     assert set(scores["judge"]) == {"judge-x", ""}

@@ -62,6 +62,11 @@ class MemoryProtocol(abc.ABC):
     """How many frames of a completed session ``end_session`` wants to see (0: none)."""
     needs_writer: bool = False
     """Whether ``end_session`` asks a backbone to write text memory (``writer``)."""
+    streaming: bool = False
+    """Whether the method takes streaming input (Table 3's "Streaming" column): a protocol shows a
+    stateless backbone a rebuilt context per probe, so it does not."""
+    persistent: bool = True
+    """Whether state persists across sessions (Table 3's "Persistent" column)."""
 
     def __init__(self, name: str | None = None):
         if name:

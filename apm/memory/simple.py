@@ -16,6 +16,7 @@ class SimpleStream(MemoryProtocol):
     """No memory: only the ``recent_frames`` most recent frames of the current session (paper: 4)."""
 
     name = "SimpleStream"
+    persistent = False
 
     def __init__(self, recent_frames: int = 4, name: str | None = None):
         super().__init__(name)

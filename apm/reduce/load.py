@@ -21,9 +21,10 @@ from apm.judge.stage import needs_judge, response_digest
 METHOD = ["dataset", "memory", "backbone", "config_hash"]
 """Columns of a method: its config hash is its identity; the display names ride along (a hash fixes them)."""
 
-CONFIG = ["memory_config", "backbone_config", "memory_variant", "backbone_variant"]
-"""Per record, the method's config-group choices and the settings differing from their defaults
-(``recent_frames=8, …``; the summary writer's settings count as the memory's, ``writer.…``)."""
+CONFIG = ["memory_config", "backbone_config", "memory_variant", "backbone_variant", "streaming", "persistent"]
+"""Per record, the method's config-group choices, the settings differing from their defaults
+(``recent_frames=8, …``; the summary writer's settings count as the memory's, ``writer.…``) and
+what its memory declares it supports (``True``/``False``; empty for runs that predate it)."""
 
 _CATEGORICAL = METHOD + CONFIG + [
     "trajectory_id", "candidate_id", "task", "family", "polarity", "parse_status", "decision", "answer",
@@ -67,9 +68,20 @@ def _variant(*groups: str) -> Callable[[Row], str]:
     return pairs
 
 
+def _capability(name: str) -> Callable[[Row], str]:
+    """A capability the run's memory declares (``run.capabilities``), as ``True``/``False``/``''``."""
+
+    def declared(r: Row) -> str:
+        value = ((r.get("run") or {}).get("capabilities") or {}).get(name)
+        return "" if value is None else str(bool(value))
+
+    return declared
+
+
 _RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in METHOD] + [
     ("memory_config", _choice("memory")), ("backbone_config", _choice("backbone")),
     ("memory_variant", _variant("memory", "writer")), ("backbone_variant", _variant("backbone")),
+    ("streaming", _capability("streaming")), ("persistent", _capability("persistent")),
 ]
 
 RECORD_FIELDS: list[Field] = _RUN_FIELDS + [
