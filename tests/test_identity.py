@@ -3,13 +3,23 @@ release is named by its content, not by the path typed to reach it."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from runner_helpers import compose_run, records, run
 
+from apm.data import fingerprint
 from apm.judge import rubric
+from apm.judge.cli import judge_backbone
+from apm.judge.stage import JudgeStage
 from apm.prompts import render
+from apm.runner.app import CONF_DIR
+from apm.runner.config import config_hash
+from apm.synth import generate
 
 
 @pytest.mark.parametrize("version,templates,current", [
@@ -33,3 +43,65 @@ def test_versions_are_digests_of_every_template_byte(version, templates, current
 def test_rubric_version_covers_the_reply_schema_sent_to_the_judge(monkeypatch):
     monkeypatch.setitem(rubric.CRITERIA, "usefulness", ("pass", "fail"))
     assert rubric.rubric_version(rubric.TEMPLATES) != rubric.RUBRIC_VERSION
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=4, scale="tiny")
+
+
+def _hash(root: Path | str, *overrides: str) -> str:
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        return config_hash(compose("config", overrides=[f"dataset.root={root}", *overrides]))
+
+
+def test_one_release_under_any_path_or_working_directory_has_one_config_hash(tiny, tmp_path, monkeypatch):
+    monkeypatch.chdir(tiny.parent)
+    typed = {_hash(tiny.name), _hash(f"./{tiny.name}"), _hash(tiny)}
+    monkeypatch.chdir(tmp_path)
+    typed |= {_hash(tiny), _hash(shutil.copytree(tiny, tmp_path / "copy"))}
+    assert len(typed) == 1
+
+
+def test_a_changed_annotation_or_resized_video_gives_a_new_config_hash(tiny, tmp_path):
+    before = _hash(tiny)
+    changed = shutil.copytree(tiny, tmp_path / "annotation")
+    with (changed / "candidates.jsonl").open("a") as f:
+        f.write("\n")
+    resized = shutil.copytree(tiny, tmp_path / "video")
+    video = sorted((resized / "videos").rglob("*.mp4"))[0]
+    video.write_bytes(video.read_bytes()[:-1])
+    assert len({before, _hash(changed), _hash(resized)}) == 3
+
+
+def test_the_fingerprint_is_computed_once_per_release_state(tiny, tmp_path, monkeypatch):
+    root = shutil.copytree(tiny, tmp_path / "rel")
+    calls = []
+    monkeypatch.setattr(fingerprint, "_videos", lambda r: calls.append(r) or [])
+    for _ in range(3):
+        fingerprint.release_fingerprint(root)
+    assert len(calls) == 1
+    (root / "ea_candidates.jsonl").write_bytes((root / "ea_candidates.jsonl").read_bytes() + b"\n")
+    fingerprint.release_fingerprint(root)
+    assert len(calls) == 2
+
+
+def test_a_resume_from_another_working_directory_redoes_nothing(tiny, tmp_path, monkeypatch, caplog):
+    rel = shutil.copytree(tiny, tmp_path / "rel")
+    out, cache = tmp_path / "runs", tmp_path / "cache"
+    overrides = ["memory=none", "backbone=oracle", "dataset.tasks=[RCR]"]
+    monkeypatch.chdir(tmp_path)
+    run_dir = run(compose_run("rel", out, cache, overrides))
+    n = len(records(run_dir))
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["config"]["dataset"]["root"] == str(rel.resolve())
+    assert saved["release_fingerprint"] == fingerprint.release_fingerprint(rel)
+    monkeypatch.chdir(cache.parent.parent)
+    assert run(compose_run(rel, out, cache, overrides)) == run_dir
+    assert len(records(run_dir)) == n > 0  # everything was on record: nothing redone
+    judge = judge_backbone(["judge=gate_only"])
+    assert asyncio.run(JudgeStage(judge).run([run_dir])).judged > 0  # apm-judge finds the release from here too
+    trajectories = rel / "trajectories.json"
+    trajectories.write_text(json.dumps(json.loads(trajectories.read_text()), indent=1))
+    asyncio.run(JudgeStage(judge).run([run_dir]))
+    assert "changed since the run" in caplog.text

@@ -131,7 +131,9 @@ def test_rubric_and_guidance_are_appendix_a3_verbatim():
         pytest.skip(f"the paper's text is not beside this checkout ({SPEC})")
     import re
 
-    squash = lambda t: re.sub(r"\s+", "", t)
+    def squash(text: str) -> str:
+        return re.sub(r"\s+", "", text)
+
     spec = squash(SPEC.read_text())
     assert squash(rubric()) in spec
     for task in ("ERA", "RCR", "MPA", "PRM", "TPG"):

@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from apm.backbones.base import GenerationSettings, Message, Request
+from apm.data.fingerprint import release_fingerprint
 from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE
 from apm.judge.rubric import (
@@ -34,6 +36,8 @@ from apm.judge.rubric import (
 )
 from apm.runner.config import slug
 from apm.runner.records import JsonlAppender, latest_records, read_folder
+
+log = logging.getLogger(__name__)
 
 
 def response_digest(output: str) -> str:
@@ -90,8 +94,12 @@ class JudgeStage:
         return self.stats
 
     async def _run_dir(self, run_dir: Path, sem: asyncio.Semaphore) -> None:
-        config = json.loads((run_dir / "config.json").read_text())["config"]
-        release = load_release(config["dataset"]["root"], check_videos=False)
+        saved = json.loads((run_dir / "config.json").read_text())
+        root = saved["config"]["dataset"]["root"]
+        if saved.get("release_fingerprint") not in (None, now := release_fingerprint(root)):
+            log.warning("%s: the release at %s changed since the run (fingerprint %s, now %s): judging against "
+                        "its annotations as they are now", run_dir, root, saved["release_fingerprint"], now)
+        release = load_release(root, check_videos=False)
         candidates = {(c.trajectory_id, c.candidate_id): c for c in release.candidates}
         done = {j["cache_key"] for j in read_folder(run_dir / "judgements") if j.get("failure") != "backbone"}
         todo = [r for r in latest_records(run_dir / "records").values()

@@ -20,28 +20,31 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from apm.backbones.base import GenerationSettings
+from apm.data.fingerprint import release_fingerprint
 from apm.data.instances import release_instances
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
+from apm.runner import ledger
 from apm.runner.config import config_hash, register, run_name, slug
 from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget
 from apm.runner.shards import shard_trajectories
-from apm.runner import ledger
 from apm.video.cache import FrameCache
 
 log = logging.getLogger("apm.run")
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
+
+def _run_name(cfg: DictConfig) -> str:
+    """The run's folder below ``output_root``, from the config's protocol and backbone display names."""
+    return run_name(cfg, cfg.memory.get("name") or "memory", cfg.backbone.get("name") or "backbone")
+
+
 register()
-OmegaConf.register_new_resolver(
-    "apm_run_name",
-    lambda *, _root_: run_name(_root_, _root_.memory.get("name") or "memory", _root_.backbone.get("name") or "backbone"),
-    replace=True,
-)
+OmegaConf.register_new_resolver("apm_run_name", lambda *, _root_: _run_name(_root_), replace=True)
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
-    return Path(cfg.output_root) / run_name(cfg, cfg.memory.get("name") or "memory", cfg.backbone.get("name") or "backbone")
+    return Path(cfg.output_root) / _run_name(cfg)
 
 
 def _instantiate(node: Any) -> Any:
@@ -53,10 +56,14 @@ PAPER_MAX_FRAMES = 1024
 
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:
-    """The resolved config and its hash, next to the records (interpolations resolved)."""
+    """The resolved config, its hash and the release fingerprint, next to the records; the release
+    root is made absolute, so ``apm-judge`` finds the release from any working directory."""
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    (run_dir / "config.json").write_text(json.dumps({"config_hash": config_hash(cfg), "config": resolved}, indent=2))
+    resolved["dataset"]["root"] = str(Path(cfg.dataset.root).expanduser().resolve())
+    saved = {"config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
+             "config": resolved}
+    (run_dir / "config.json").write_text(json.dumps(saved, indent=2))
 
 
 def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
@@ -75,7 +82,8 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
     tasks = set(cfg.dataset.tasks) if cfg.dataset.tasks else None
     instances = [
         i for i in release_instances(release)
-        if i.trajectory_id in chosen and (tasks is None or i.task in tasks) and (cfg.dataset.include_ea or i.task != "EA")
+        if i.trajectory_id in chosen and (tasks is None or i.task in tasks)
+        and (cfg.dataset.include_ea or i.task != "EA")
     ]
     setup = RunSetup(
         release=release,

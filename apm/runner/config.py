@@ -11,6 +11,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from apm.data.fingerprint import release_fingerprint
+
 
 @dataclass
 class ShardConfig:
@@ -96,13 +98,16 @@ of the hash, so lowering concurrency or moving the server after a crash resumes 
 
 
 def config_hash(cfg: DictConfig) -> str:
-    """Hash of the identity part of the resolved config (``frames.cache_dir`` excluded)."""
+    """Hash of the identity part of the resolved config: the release by its content fingerprint (not
+    the path typed to reach it), ``frames.cache_dir`` and engines' transport settings excluded."""
     ident = {k: _plain(cfg.get(k)) for k in IDENTITY_KEYS}
     for engine in ("backbone", "writer"):
         if isinstance(ident[engine], dict):
             ident[engine] = {k: v for k, v in ident[engine].items() if k not in OPERATIONAL_KEYS}
     ident["frames"] = {k: v for k, v in (ident["frames"] or {}).items() if k != "cache_dir"}
-    ident["dataset"] = {k: v for k, v in ident["dataset"].items() if k != "root"} | {"root": str(ident["dataset"]["root"])}
+    dataset = ident["dataset"]
+    release = release_fingerprint(dataset["root"])
+    ident["dataset"] = {k: v for k, v in dataset.items() if k != "root"} | {"release": release}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
 
