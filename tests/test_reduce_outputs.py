@@ -203,3 +203,11 @@ def test_reduce_refuses_unjudged_probes_unless_allowed(tmp_path: Path, capsys: p
 def test_table7_shows_judge_failures(reduced: Path) -> None:
     t7 = pd.read_csv(reduced / "tables" / "table7.csv", index_col="Method")
     assert t7.loc["Raw Video as Memory · Qwen3-VL-8B-Instruct", "Judge failures"] == 1
+
+
+def test_report_manifest_names_inputs_judges_and_bootstrap(reduced: Path) -> None:
+    manifest = json.loads((reduced / "manifest.json").read_text())
+    assert manifest["bootstrap"] == {"seed": 0, "replicates": 50}
+    assert [Path(i["run_dir"]).name for i in manifest["inputs"]] == ["ea", "main", "none", "rand"]
+    assert {"judge": "judge-x", "judge_model": None, "rubric_version": "1"} in manifest["judges"]
+    assert len(manifest["config_hashes"]) == 4 and manifest["apm_version"]

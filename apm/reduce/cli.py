@@ -12,6 +12,7 @@ from pathlib import Path
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
 from apm.reduce.load import load_runs
+from apm.reduce.manifest import reduce_manifest, write_json_atomically
 from apm.reduce.scores import judge_note, score_table, unjudged_probes
 from apm.reduce.tables import write_tables
 from apm.reduce.wandb_log import log_summary
@@ -53,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         scores.to_csv(args.out / "scores.csv", index=False)
         tables = write_tables(scores, args.out / "tables", judge_note(runs.judgements))
         figures = [] if args.no_figures else write_figures(scores, args.out / "figures")
+        write_json_atomically(args.out / "manifest.json", reduce_manifest(args.runs, runs, args.seed, args.bootstrap))
         if args.wandb:
             log_summary(scores, tables, figures, args.wandb_project, args.wandb_mode, args.out)
         print(f"apm-reduce: {len(runs.records)} records, {scores.shape[0]} scores, "
