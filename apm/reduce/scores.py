@@ -22,9 +22,6 @@ SCORE_COLUMNS = [
 COUNT_COLUMNS = ["n", "n_error", "n_unparsed", "n_unjudged"]
 TASK_ORDER = TASKS + (EA,)
 
-Method = tuple[str, ...]
-"""The values of :data:`METHOD` of one method."""
-
 ANSWERED = frozenset(
     {m.name for task in TASK_ORDER for m in task_metrics(task) if m.answered}
     | {m.name for pool in POOLED for m in pool.metrics if m.answered}
@@ -154,7 +151,7 @@ def storage_estimates(trajectories: pd.DataFrame, seed: int, reps: int) -> list[
     return [estimate(m, ALL, s) for m in STORAGE] + [peak_max]
 
 
-def judge_names(records: pd.DataFrame, judgements: pd.DataFrame) -> dict[str, str]:
+def judge_names(judgements: pd.DataFrame) -> dict[str, str]:
     """Per config hash, the judge(s) whose ok judgements were used ('+'-joined; '' if none)."""
     used = judgements[judgements["status"].astype("str") == "ok"]
     if used.empty:
@@ -210,7 +207,7 @@ def score_table(
     the scores as ``<metric>_answered``. Methods are config hashes.
     """
     info = method_info(records)
-    judges = judge_names(records, judgements)
+    judges = judge_names(judgements)
     views = (
         (candidate_units(records, judgements), list),
         (candidate_units(records[records["error"].isna()], judgements), answered_view),
