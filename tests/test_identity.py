@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import subprocess
+import sys
+from importlib import resources
 from pathlib import Path
 
+import jsonschema
 import pytest
 from hydra import compose, initialize_config_dir
 from runner_helpers import compose_run, records, run
@@ -20,6 +25,8 @@ from apm.prompts import render
 from apm.runner.app import CONF_DIR
 from apm.runner.config import config_hash
 from apm.synth import generate
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("version,templates,current", [
@@ -105,3 +112,41 @@ def test_a_resume_from_another_working_directory_redoes_nothing(tiny, tmp_path, 
     trajectories.write_text(json.dumps(json.loads(trajectories.read_text()), indent=1))
     asyncio.run(JudgeStage(judge).run([run_dir]))
     assert "changed since the run" in caplog.text
+
+
+def apm_run(*overrides: str, cwd: Path = REPO) -> None:
+    """``apm-run`` as a person types it: its own process, Hydra's command line."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "examples"), str(REPO / "tests")])}
+    done = subprocess.run([sys.executable, "-m", "apm.runner.app", *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_records_carry_the_config_group_choices_and_the_settings_off_their_defaults(tiny, tmp_path):
+    out = tmp_path / "runs"
+    common = [f"dataset.root={tiny}", f"output_root={out}", f"frames.cache_dir={tmp_path / 'cache'}",
+              "logging.wandb.mode=disabled", "logging.progress=false", "dataset.tasks=[ER]"]
+    apm_run(*common, "memory=none", "memory.recent_frames=8", "backbone=random", "backbone.seed=3")
+    apm_run(*common, "memory=none", "backbone=random")
+    apm_run(*common, f"hydra.searchpath=[file://{REPO / 'examples' / 'conf'}]", "memory=keyframes",
+            "memory.every_s=5", "backbone=my_backbone", "+backbone@writer=oracle")
+    recs = [r for p in out.rglob("records/*.jsonl") for r in map(json.loads, p.read_text().splitlines())]
+    schema = json.loads(resources.files("apm.runner").joinpath("schemas", "record.schema.json").read_text())
+    for r in recs:
+        jsonschema.validate(r, schema)
+    runs = {(r["run"]["choices"]["memory"], json.dumps(r["run"]["overrides"])): r["run"] for r in recs}
+    assert set(runs) == {("none", '{"memory.recent_frames": 8, "backbone.seed": 3}'), ("none", "{}"),
+                         ("keyframes", '{"memory.every_s": 5}')}
+    plain = runs["none", "{}"]
+    assert plain["choices"] == {"dataset": "synthetic", "memory": "none", "backbone": "random", "writer": None,
+                                "judge": None}
+    outside = runs["keyframes", '{"memory.every_s": 5}']
+    assert outside["choices"] | {"dataset": None} == {"dataset": None, "memory": "keyframes",
+                                                      "backbone": "my_backbone", "writer": "oracle", "judge": None}
+
+
+def test_without_a_hydra_app_choices_and_overrides_are_unknown(tiny, tmp_path):
+    run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", ["memory=none", "dataset.tasks=[ER]"]))
+    (only,) = {json.dumps(r["run"], sort_keys=True) for r in records(run_dir)}
+    assert json.loads(only)["choices"] == dict.fromkeys(["dataset", "memory", "backbone", "writer", "judge"])
+    assert json.loads(only)["overrides"] is None

@@ -25,7 +25,7 @@ from apm.data.instances import release_instances
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.runner import ledger
-from apm.runner.config import config_hash, register, run_name, slug
+from apm.runner.config import config_hash, method_identity, register, run_name, slug
 from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget
 from apm.runner.shards import shard_trajectories
 from apm.video.cache import FrameCache
@@ -88,7 +88,8 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
     setup = RunSetup(
         release=release,
         run_dir=run_dir,
-        run_info={"dataset": cfg.dataset.name, "memory": protocol.name, "backbone": backbone.name, "config_hash": config_hash(cfg)},
+        run_info={"dataset": cfg.dataset.name, "memory": protocol.name, "backbone": backbone.name,
+                  "config_hash": config_hash(cfg), **method_identity(cfg)},
         protocol=protocol,
         backbone=backbone,
         writer=writer,
