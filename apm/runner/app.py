@@ -8,7 +8,6 @@ record is skipped. Each shard job writes ``records/shard-<i>-of-<n>.jsonl`` ther
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 from pathlib import Path
@@ -24,7 +23,8 @@ from apm.data.fingerprint import release_fingerprint
 from apm.data.instances import release_instances
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
-from apm.runner import ledger
+from apm.prompts import PROMPT_VERSION
+from apm.runner import ledger, manifest
 from apm.runner.config import config_hash, method_identity, register, run_name, slug
 from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget
 from apm.runner.shards import shard_trajectories
@@ -63,7 +63,7 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     resolved["dataset"]["root"] = str(Path(cfg.dataset.root).expanduser().resolve())
     saved = {"config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
              "config": resolved}
-    (run_dir / "config.json").write_text(json.dumps(saved, indent=2))
+    manifest.write_json_atomic(run_dir / "config.json", saved)
 
 
 def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
@@ -106,6 +106,8 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
 async def run_async(cfg: DictConfig) -> RunStats:
     setup, trajectories, instances = build_setup(cfg)
     save_config(cfg, setup.run_dir)
+    job_dir = ledger.shard_dir(setup.run_dir, setup.shard_label)
+    started = manifest.job_started(job_dir, job_identity(cfg, setup))
     ledger.job_started(setup.run_dir, setup.shard_label, trajectories, instances)
     sink = _wandb_sink(cfg, setup)
     progress = tqdm(total=len(instances), desc=f"{setup.run_info['memory']} · {setup.run_info['backbone']}",
@@ -117,12 +119,19 @@ async def run_async(cfg: DictConfig) -> RunStats:
     finally:
         progress.close()
         ledger.job_ended(setup.run_dir, setup.shard_label, stats, sys.exc_info()[1])
+        manifest.job_ended(job_dir, started, sys.exc_info()[1])
         if sink is not None:
             sink.close(_summary(stats))
     print(closing_line(setup, stats))
     if cfg.judge is not None:
         await judge_inline(cfg, setup, {i.key for i in instances})
     return stats
+
+
+def job_identity(cfg: DictConfig, setup: RunSetup) -> dict[str, Any]:
+    """What a job's manifest says it ran: its shard, the config hash, the release and the prompts."""
+    return {"shard": setup.shard_label, "config_hash": setup.run_info["config_hash"],
+            "release_fingerprint": release_fingerprint(cfg.dataset.root), "prompt_version": PROMPT_VERSION}
 
 
 async def judge_inline(cfg: DictConfig, setup: RunSetup, keys: set[str]) -> None:
