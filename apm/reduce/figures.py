@@ -1,5 +1,7 @@
 """The paper's figures from ``scores.csv``: the utility–latency–storage bubble chart (Figure 2) and
-per-task radar charts (Figures 7–8), written as PNG and SVG.
+the 12-task radar charts of general models (Figure 7) and specialized systems (Figure 8), written as
+PNG and SVG. Reference methods (baselines, oracle) are in no figure; each figure shows one
+SimpleStream method for comparison.
 
 Figures are built with matplotlib's object API (``Figure``, rendered by Agg on save): no pyplot
 state and no global backend switch, so importing this module never changes a notebook's backend.
@@ -7,30 +9,42 @@ state and no global backend switch, so importing this module never changes a not
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from apm.data.tasks import TASKS
-from apm.reduce.names import MEMORY_NAMES, group_name, human_bytes
+from apm.reduce.names import group_kind, human_bytes, memory_name
 from apm.reduce.tables import method_rows
 from apm.reduce.units import ALL
 
 DPI = 150
-_MIN_AREA, _MAX_AREA = 40.0, 1600.0
+_ZERO_AREA, _MAX_AREA = 20.0, 1600.0
+"""Marker area of a method without (or with unknown) storage, and of the largest storage."""
 
 
 def _wide(scores: pd.DataFrame, cells: dict[str, tuple[str, str]]) -> pd.DataFrame:
-    """Per method (rows, with its group), the named (metric, task) values as columns."""
+    """Per method (rows in the paper's order, with its group and memory name), the named (metric,
+    task) values as columns."""
     rows = method_rows(scores)
     out = {
         name: rows[(rows["metric"] == m) & (rows["task"] == t)].groupby("method", observed=True)["value"].last()
         for name, (m, t) in cells.items()
     }
-    group = rows.groupby("method", observed=True)["group"].first()
-    return pd.DataFrame(out).join(group, how="left")
+    names = rows.groupby("method", observed=True)[["group", "memory"]].first()
+    return pd.DataFrame(out).join(names, how="left")
+
+
+def _simplestream(data: pd.DataFrame) -> pd.DataFrame:
+    """The one SimpleStream method a figure shows: the first (paper order) that is no reference method."""
+    return data[data["group"] == "none"].head(1)
 
 
 def spans_decades(values: np.ndarray) -> bool:
@@ -40,18 +54,39 @@ def spans_decades(values: np.ndarray) -> bool:
 
 
 def bubble_areas(storage: np.ndarray) -> np.ndarray:
-    """Marker areas growing with storage/hr; log-scaled when storage spans decades."""
+    """Marker areas growing with storage/hr: proportional to it, or when it spans decades, to its
+    log10 between a tenth of the largest area and the largest. 0 B/h (and unknown storage) gets the
+    smallest marker, below every positive storage."""
     known = np.where(np.isfinite(storage) & (storage > 0), storage, np.nan)
-    scaled = np.log10(known) if spans_decades(known[np.isfinite(known)]) else known
-    low, high = np.nanmin(scaled, initial=np.inf), np.nanmax(scaled, initial=-np.inf)
-    fraction = (scaled - low) / (high - low) if high > low else np.full_like(scaled, 0.5)
-    return np.where(np.isfinite(fraction), _MIN_AREA + fraction * (_MAX_AREA - _MIN_AREA), _MIN_AREA)
+    positive = known[np.isfinite(known)]
+    if positive.size == 0:
+        return np.full(storage.shape, _ZERO_AREA)
+    if spans_decades(positive):
+        low, high = np.log10(positive.min()), np.log10(positive.max())
+        fraction = 0.1 + 0.9 * (np.log10(known) - low) / (high - low)
+    else:
+        fraction = known / positive.max()  # ≥ 0.1: the values span less than a factor of 10
+    return np.where(np.isfinite(fraction), fraction * _MAX_AREA, _ZERO_AREA)
+
+
+def _readable_log_axis(ax: Axes, values: np.ndarray) -> None:
+    """A log x axis with a few plain-number labels (at 1, 2, 5 × 10^k when ``values`` span at most
+    two decades, else at powers of ten) and unlabelled minor ticks."""
+    positive = values[values > 0]
+    subs = (1.0, 2.0, 5.0) if positive.max() / positive.min() <= 100 else (1.0,)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=8))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def tradeoff_figure(scores: pd.DataFrame) -> Figure:
-    """Figure 2: x mean TTFT (s), y Overall, bubble area storage per video hour."""
+    """Figure 2: x mean TTFT (s), y Overall, bubble area storage per video hour; general models
+    under raw video memory, specialized systems and SimpleStream."""
     data = _wide(scores, {"latency": ("ttft_s", ALL), "overall": ("overall", ALL),
                           "storage": ("storage_bytes_per_hour", ALL)}).dropna(subset=["latency", "overall"])
+    shown = data["group"].map(lambda g: g == "raw_video" or group_kind(g) == "specialized").astype(bool)
+    data = pd.concat([_simplestream(data), data[shown]])
     if data.empty:
         return Figure()
     fig = Figure(figsize=(11, 5.5), dpi=DPI)
@@ -64,7 +99,7 @@ def tradeoff_figure(scores: pd.DataFrame) -> Figure:
         keys.append(f"{number}. {label}" + (f" ({human_bytes(s, '/h')})" if np.isfinite(s) else ""))
     ax.text(1.02, 1.0, "\n".join(keys), transform=ax.transAxes, fontsize=6.5, va="top", ha="left")
     if spans_decades(latency):
-        ax.set_xscale("log")
+        _readable_log_axis(ax, latency)
     ax.set_xlabel("Latency: mean time to first token (s)")
     ax.set_ylabel("Overall score")
     ax.set_title("Utility–latency–storage trade-off (bubble area: storage per video hour)")
@@ -73,15 +108,14 @@ def tradeoff_figure(scores: pd.DataFrame) -> Figure:
     return fig
 
 
-def radar_figure(scores: pd.DataFrame) -> Figure:
-    """Figures 7–8: the 12 task scores on a 0–100 radar, one panel per memory protocol (reference
-    methods in their own panel); SimpleStream, when present, is drawn in every panel for comparison."""
+def radar_figure(scores: pd.DataFrame, kind: str = "general") -> Figure:
+    """The 12 task scores on a 0–100 radar, one panel per memory protocol of the methods of ``kind``
+    (``general``: Figure 7; ``specialized``: Figure 8), each panel with the one SimpleStream method."""
     data = _wide(scores, {t: ("task_score", t) for t in TASKS}).dropna(subset=list(TASKS), how="all")
-    if data.empty:
+    groups = list(dict.fromkeys(data.loc[data["group"].map(group_kind) == kind, "group"]))
+    if not groups:
         return Figure()
-    is_simple = data["group"].map(lambda g: group_name(g) == MEMORY_NAMES["none"]).astype(bool)
-    simple_stream = data[is_simple]
-    groups = list(dict.fromkeys(data.loc[~is_simple, "group"])) or list(dict.fromkeys(data["group"]))
+    simplestream = _simplestream(data)
     angles = np.linspace(0, 2 * np.pi, len(TASKS), endpoint=False)
     closed = np.append(angles, angles[0])
     cols = min(3, len(groups))
@@ -89,18 +123,17 @@ def radar_figure(scores: pd.DataFrame) -> Figure:
     fig = Figure(figsize=(5.5 * cols, 6.2 * rows), dpi=DPI)
     axes = fig.subplots(rows, cols, subplot_kw={"projection": "polar"}, squeeze=False)
     for ax, group in zip(axes.flat, groups):
-        shown = pd.concat([data[data["group"] == group], simple_stream])
-        shown = shown[~shown.index.duplicated()]
-        for label, row in shown.iterrows():
+        for label, row in pd.concat([simplestream, data[data["group"] == group]]).iterrows():
             values = row[list(TASKS)].to_numpy(float)
-            ax.plot(closed, np.append(values, values[0]), linewidth=1.2, label=label)
+            dashed = row["group"] == "none"  # SimpleStream: the same reference line in every panel
+            ax.plot(closed, np.append(values, values[0]), "--" if dashed else "-", linewidth=1.2, label=label)
             ax.fill(closed, np.append(values, values[0]), alpha=0.05)
         ax.set_theta_offset(np.pi / 2)
         ax.set_theta_direction(-1)
         ax.set_xticks(angles, TASKS, fontsize=8)
         ax.set_ylim(0, 100)
         ax.set_rlabel_position(15)
-        ax.set_title(group_name(group), fontsize=10, pad=14)
+        ax.set_title(memory_name(str(data.loc[data["group"] == group, "memory"].iloc[0])), fontsize=10, pad=14)
         ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
@@ -108,15 +141,48 @@ def radar_figure(scores: pd.DataFrame) -> Figure:
     return fig
 
 
+@dataclass(frozen=True)
+class FigureSpec:
+    """A figure: its file name, paper number, caption and how it is drawn from the scores."""
+
+    name: str
+    paper: str
+    caption: str
+    draw: Callable[[pd.DataFrame], Figure]
+
+
+FIGURES = (
+    FigureSpec(
+        "figure2_tradeoff", "Figure 2",
+        "Utility-latency-storage trade-off across evaluated methods. Bubble size represents storage cost per "
+        "hour. General video models are shown under Raw Video as Memory, with the specialized memory systems "
+        "and SimpleStream.",
+        tradeoff_figure,
+    ),
+    FigureSpec(
+        "figure7_radar", "Figure 7",
+        "Scores on all 12 tasks for general video models under video- and text-memory protocols. SimpleStream "
+        "is shown in the same figure for comparison. All axes use a 0–100 scale.",
+        partial(radar_figure, kind="general"),
+    ),
+    FigureSpec(
+        "figure8_radar", "Figure 8",
+        "Scores on all 12 tasks for specialized streaming-memory methods and SimpleStream. All axes use a "
+        "0–100 scale.",
+        partial(radar_figure, kind="specialized"),
+    ),
+)
+
+
 def write_figures(scores: pd.DataFrame, out: Path) -> list[Path]:
-    """``figure2_tradeoff`` and ``figure7_8_radar`` as PNG and SVG under ``out`` (when data allow)."""
+    """Every figure of :data:`FIGURES` as PNG and SVG under ``out`` (those the data allow)."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, draw in (("figure2_tradeoff", tradeoff_figure), ("figure7_8_radar", radar_figure)):
-        fig = draw(scores)
+    for spec in FIGURES:
+        fig = spec.draw(scores)
         if not any(ax.has_data() for ax in fig.axes):
             continue
         for suffix in (".png", ".svg"):
-            fig.savefig(out / f"{name}{suffix}", dpi=DPI, bbox_inches="tight")
-            written.append(out / f"{name}{suffix}")
+            fig.savefig(out / f"{spec.name}{suffix}", dpi=DPI, bbox_inches="tight")
+            written.append(out / f"{spec.name}{suffix}")
     return written

@@ -1,4 +1,4 @@
-"""The paper's tables (3, 4, 6, 7, 8/9, 10, 11/12, 13) built from ``scores.csv``.
+"""The paper's tables (3, 4, 6–13) built from ``scores.csv``, and two supplements over every method.
 
 Each table is a spec (columns = (metric, task) cells of the long score table), pivoted to one row per
 method: numeric for CSV, formatted for Markdown and LaTeX.
@@ -7,7 +7,7 @@ method: numeric for CSV, formatted for Markdown and LaTeX.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,16 @@ from apm.data.tasks import ADAPTIVE, EA, TASKS
 from apm.reduce import render
 from apm.reduce.load import CONFIG, METHOD
 from apm.reduce.metrics import CAPABILITIES
-from apm.reduce.names import human_bytes, method_group, method_label, method_rank
+from apm.reduce.names import (
+    GENERAL_MEMORY,
+    MEMORY_ORDER,
+    group_kind,
+    human_bytes,
+    method_group,
+    method_label,
+    method_rank,
+    reference_tag,
+)
 from apm.reduce.units import ALL, EA_ORIGINAL_MEMORY
 
 Format = Callable[[float], str]
@@ -37,76 +46,143 @@ def bytes_per_hour(value: float) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: the score (metric, task), its format, and an optional superscript score."""
+    """A table column: the score (metric, task), its format, and an optional superscript score.
+
+    In a table by backbone, ``memory`` names the memory config whose method fills the column."""
 
     header: str
     metric: str
     task: str
     fmt: Format = two_decimals
     sup: tuple[str, str] | None = None
+    memory: str | None = None
 
 
 @dataclass(frozen=True)
 class Table:
+    """A table: its file name, paper number, caption and columns.
+
+    ``attributes`` are per-method columns of ``scores.csv`` (``streaming``) shown first as ✓/✗;
+    ``kinds`` keeps only methods of those :func:`~apm.reduce.names.group_kind` (all when empty);
+    ``by_backbone`` makes one row per backbone of the general models (a SimpleStream method keeps
+    its own row), its columns picking a memory config."""
+
     name: str
+    paper: str
     caption: str
     columns: tuple[Column, ...]
+    attributes: tuple[tuple[str, str], ...] = ()
+    kinds: frozenset[str] = frozenset()
+    by_backbone: bool = False
 
 
+_SPECIALIZED = frozenset({"specialized"})
+_GENERAL = frozenset({"general"})
 _OVERALL = Column("Overall", "overall", ALL)
+_FAILURES = (Column("Failures", "format_failures", ALL, integer), Column("Rate (%)", "format_failure_rate", ALL))
+_SETTINGS = {"none": "w/o memory", "raw_video": "Video memory", "text_summary": "Text memory"}
+"""The memory settings of the tables by backbone (Tables 9 and 12), as their column headers say."""
+
+
+def _per_setting(columns: tuple[Column, ...], memories: tuple[str, ...]) -> tuple[Column, ...]:
+    """``columns`` once per memory setting, headed '<setting>: <header>'."""
+    return tuple(
+        replace(c, header=f"{_SETTINGS[m]}: {c.header}", memory=m) for m in memories for c in columns
+    )
+
+
 TABLES = (
     Table(
-        "table3",
-        "Task performance and efficiency of the evaluated memory methods (Table 3). "
-        "Latency: mean time to first token; storage per video hour (Eq. 2).",
+        "table3", "Table 3",
+        "Task performance and efficiency of the evaluated memory methods. Streaming and Persistent indicate "
+        "support for streaming input and persistent memory (✓/✗; –: not declared). CS Und.: Cross-session "
+        "Understanding; Perception: Real-time Perception; Adaptive: Adaptive Response. Storage cost is reported "
+        "per video hour (Eq. 2), latency is the mean time to first token, and Overall is the mean of the three "
+        "capability scores.",
         tuple(Column(h, "capability_score", f) for f, h in CAPABILITIES.items())
         + (_OVERALL, Column("Storage/hr", "storage_bytes_per_hour", ALL, bytes_per_hour),
            Column("Latency (s)", "ttft_s", ALL)),
+        attributes=(("Streaming", "streaming"), ("Persistent", "persistent")),
     ),
     Table(
-        "table4",
+        "table4", "Table 4",
         "Task-level results across the three capability families and Evidence Availability-Aware "
-        "evaluation (Table 4). EA: evidence available; EU: evidence unavailable detection.",
+        "evaluation. EA: evidence available in accessible session. EU: evidence unavailable detection.",
         tuple(Column(t, "task_score", t) for t in TASKS)
         + (_OVERALL, Column("EA", "ea_accuracy", EA), Column("EU", "eu_accuracy", EA)),
     ),
     Table(
-        "table6",
-        "Adaptive decision accuracy (%) (Table 6): per-task balanced accuracy; Overall pools probes "
-        "across the five tasks (P: positive rate, N: negative rate, BA: balanced).",
+        "table6", "Table 6",
+        "Adaptive decision accuracy (%): per-task balanced accuracy of the correct INTERVENE rate on positive "
+        "probes and the correct SILENT rate on negative probes; Overall pools probes across the five tasks "
+        "(P: positive rate, N: negative rate, BA: balanced).",
         tuple(Column(t, "decision_ba", t) for t in ADAPTIVE)
         + (Column("P", "decision_positive_rate", "adaptive"), Column("N", "decision_negative_rate", "adaptive"),
            Column("BA", "decision_ba", "adaptive")),
     ),
     Table(
-        "table7",
-        "Response quality after the gate (%) (Table 7, Eq. 3); superscripts: balanced gate pass rate. "
+        "table7", "Table 7",
+        "Response quality after the gate (%) (Eq. 3); superscripts: balanced gate pass rate. "
         "Judge failures: gate-passing probes whose judge reply stayed invalid (left out of the means).",
         tuple(Column(t, "response_quality", t, sup=("gate_pass_balanced", t)) for t in ADAPTIVE)
         + (Column("Average", "response_quality", "adaptive"),
            Column("Judge failures", "judge_failures", "adaptive", integer)),
     ),
     Table(
-        "table8_9",
-        "Mean latency (Tables 8 and 9): time to first token, end-to-end time (s), and offline replay RTF.",
-        (Column("TTFT (s)", "ttft_s", ALL), Column("Total (s)", "latency_total_s", ALL), Column("RTF", "rtf", ALL)),
+        "table8", "Table 8",
+        "Offline replay real-time factor (RTF) for specialized memory methods: processing time to the first "
+        "output token divided by the duration of the causal video prefix, mean over evaluated probes. Values "
+        "above 1 cannot keep pace with a live 1-FPS video stream. Lower is faster.",
+        (Column("RTF", "rtf", ALL),),
+        kinds=_SPECIALIZED,
     ),
     Table(
-        "table10",
-        "Peak persistent-memory size within each trajectory, after completed sessions (Table 10).",
+        "table9", "Table 9",
+        "Mean end-to-end latency (seconds) for general video models, from request submission to the complete "
+        "response. Video memory replays prior sessions; text memory supplies saved summaries and the current "
+        "causal prefix.",
+        _per_setting((Column("Total (s)", "latency_total_s", ALL),), GENERAL_MEMORY),
+        kinds=_GENERAL, by_backbone=True,
+    ),
+    Table(
+        "table10", "Table 10",
+        "Peak persistent-memory size within each trajectory, after completed sessions. Mean and maximum are "
+        "over trajectories.",
         (Column("Mean", "peak_storage_bytes_mean", ALL, human_bytes),
          Column("Max", "peak_storage_bytes_max", ALL, human_bytes)),
     ),
     Table(
-        "table11_12",
-        "Unrecoverable output-format failures (Tables 11 and 12): count and rate over evaluated probes.",
-        (Column("Failures", "format_failures", ALL, integer), Column("Rate (%)", "format_failure_rate", ALL)),
+        "table11", "Table 11",
+        "Unrecoverable output-format failures for specialized memory methods: count, and rate over the "
+        "method's evaluated probes. Recoverable formatting errors are excluded.",
+        _FAILURES, kinds=_SPECIALIZED,
     ),
     Table(
-        "table13",
-        "Evidence Availability-Aware accuracy (%) (Table 13).",
+        "table12", "Table 12",
+        "Unrecoverable output-format failures for general video models under video and text memory: count, and "
+        "rate over the probes of each setting. SimpleStream uses only the four most recent frames and is "
+        "reported once.",
+        _per_setting(_FAILURES, MEMORY_ORDER), kinds=_GENERAL | {"simplestream"}, by_backbone=True,
+    ),
+    Table(
+        "table13", "Table 13",
+        "Evidence Availability-Aware accuracy (%). Original Accuracy is the accuracy on the original four-option "
+        "questions under each system's main evaluation protocol; the restricted-history setting retains the two "
+        "most recent completed sessions; Balanced averages EA accuracy and EU detection.",
         (Column("Original Acc.", "ea_original_accuracy", EA), Column("EA Acc.", "ea_accuracy", EA),
          Column("EU Det.", "eu_accuracy", EA), Column("Balanced", "ea_balanced", EA)),
+    ),
+    Table(
+        "table_latency", "Latency, all methods",
+        "Mean latency of every method (supplements Tables 3, 8 and 9): time to first token, end-to-end time (s), "
+        "and offline replay RTF.",
+        (Column("TTFT (s)", "ttft_s", ALL), Column("Total (s)", "latency_total_s", ALL), Column("RTF", "rtf", ALL)),
+    ),
+    Table(
+        "table_format_failures", "Format failures, all methods",
+        "Unrecoverable output-format failures of every method (supplements Tables 11 and 12): count, and rate "
+        "over evaluated probes.",
+        _FAILURES,
     ),
 )
 
@@ -132,7 +208,8 @@ def _labels(info: pd.DataFrame, ea_only: set[str]) -> dict[str, str]:
     row; without one it gets a row of its own, under the main protocol's name."""
     main = info.loc[[h for h in info.index if h not in ea_only]]
     labels = _disambiguated(
-        {h: method_label(r.memory, r.backbone, r.memory_variant, r.backbone_variant) for h, r in main.iterrows()},
+        {h: method_label(r.memory, r.backbone, r.memory_variant, r.backbone_variant,
+                         reference_tag(r.memory_config, r.backbone_config)) for h, r in main.iterrows()},
         info,
     )
     for h in sorted(ea_only):
@@ -141,7 +218,9 @@ def _labels(info: pd.DataFrame, ea_only: set[str]) -> dict[str, str]:
         found = main[(main["memory_config"] == target) & (main["backbone_config"] == r.backbone_config)
                      & (main["backbone_variant"] == r.backbone_variant)]
         shown = target if target != r.memory_config else r.memory
-        labels[h] = labels[found.index[0]] if len(found) else method_label(shown, r.backbone, "", r.backbone_variant)
+        tag = reference_tag(r.memory_config, r.backbone_config)
+        own = method_label(shown, r.backbone, "", r.backbone_variant, tag)
+        labels[h] = labels[found.index[0]] if len(found) else own
     return labels
 
 
@@ -157,7 +236,7 @@ def method_rows(scores: pd.DataFrame) -> pd.DataFrame:
     labels = _labels(info, ea_only)
     main = info.loc[[h for h in info.index if h not in ea_only]]
     rank = {labels[h]: method_rank(r.memory_config, r.backbone_config) for h, r in main.iterrows()}
-    rank.update({labels[h]: (99, 0, "", "") for h in ea_only if labels[h] not in rank})
+    rank.update({labels[h]: (True, 99, "", 0, "") for h in ea_only if labels[h] not in rank})
     group = {h: method_group(EA_ORIGINAL_MEMORY.get(r.memory_config, r.memory_config), r.backbone_config)
              for h, r in info.iterrows()}
     hashes = scores["config_hash"].astype(str)
@@ -166,44 +245,73 @@ def method_rows(scores: pd.DataFrame) -> pd.DataFrame:
     return labelled.assign(method=pd.Categorical(labelled["method"], order, ordered=True))
 
 
+def table_rows(table: Table, scores: pd.DataFrame) -> pd.DataFrame:
+    """The score rows of the methods ``table`` shows, each with its table ``row`` (an ordered
+    categorical): the method's label, or in a table by backbone, for a general model under a
+    protocol's default settings, its backbone's part of the label."""
+    rows = method_rows(scores)
+    if table.kinds:
+        rows = rows[rows["group"].map(group_kind).isin(table.kinds)]
+    if not table.by_backbone:
+        return rows.assign(row=rows["method"])
+    label = rows["method"].astype(str)
+    plain = rows["group"].isin(GENERAL_MEMORY) & (rows["memory_variant"].astype(str) == "")
+    row = label.where(~plain, label.str.split(" · ", n=1).str[1])
+    order = dict.fromkeys(row.iloc[np.argsort(rows["method"].cat.codes.to_numpy(), kind="stable")])
+    return rows.assign(row=pd.Categorical(row, list(order), ordered=True))
+
+
 def _pivot(table: Table, rows: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Per method, ``column`` of each of the table's cells (and superscripts, as '<h> sup')."""
+    """Per table row, ``column`` of each of the table's cells (and superscripts, as '<h> sup')."""
     cells = {}
     for c in table.columns:
-        cells[c.header] = _cell(rows, c.metric, c.task, column)
+        cells[c.header] = _cell(rows, c.metric, c.task, column, c.memory)
         if c.sup:
-            cells[f"{c.header} sup"] = _cell(rows, *c.sup, column)
-    return pd.DataFrame(cells, index=rows["method"].cat.categories)
+            cells[f"{c.header} sup"] = _cell(rows, *c.sup, column, c.memory)
+    return pd.DataFrame(cells, index=rows["row"].cat.categories)
 
 
-def _cell(rows: pd.DataFrame, metric: str, task: str, column: str = "value") -> pd.Series:
+def _cell(rows: pd.DataFrame, metric: str, task: str, column: str, memory: str | None) -> pd.Series:
     hit = rows[(rows["metric"] == metric) & (rows["task"] == task)]
-    return hit.groupby("method", observed=True)[column].last()
+    if memory:
+        hit = hit[hit["group"] == memory]
+    return hit.groupby("row", observed=True)[column].last()
+
+
+def _declared(rows: pd.DataFrame, column: str) -> pd.Series:
+    """Per table row, what its method declares in ``column``: ``True``, ``False`` or '' (unknown);
+    a main config's declaration over that of an EA-only config sharing its row."""
+    main_first = rows.sort_values("task", key=lambda task: task == EA, kind="stable")
+    value = main_first.groupby("row", observed=True)[column].first().astype(str)
+    return value.where(value.isin(["True", "False"]), "")
 
 
 def numeric(table: Table, scores: pd.DataFrame) -> pd.DataFrame:
-    """One row per method having any of the table's cells (a withheld one, NaN, counts); columns
-    as headers (+ '<h> sup')."""
-    rows = method_rows(scores)
-    present = _pivot(table, rows, "metric").notna()
-    out = _pivot(table, rows, "value")[present.any(axis=1)]
-    out.index.name = "Method"
+    """One row per method (or backbone) having any of the table's cells (a withheld one, NaN,
+    counts); columns: the attributes (``True``/``False``/''), then the headers (+ '<h> sup')."""
+    rows = table_rows(table, scores)
+    present = _pivot(table, rows, "metric").notna().any(axis=1)
+    declared = pd.DataFrame({h: _declared(rows, c) for h, c in table.attributes}, index=present.index)
+    out = pd.concat([declared, _pivot(table, rows, "value")], axis=1)[present]
+    out.index.name = "Model" if table.by_backbone else "Method"
     return out
 
 
 def error_marks(table: Table, scores: pd.DataFrame) -> pd.DataFrame:
-    """Per method and column, whether the cell's instances include backbone errors (counted wrong)."""
-    errors = _pivot(table, method_rows(scores), "n_error")
+    """Per row and column, whether the cell's instances include backbone errors (counted wrong)."""
+    errors = _pivot(table, table_rows(table, scores), "n_error")
     return errors.apply(pd.to_numeric, errors="coerce").fillna(0) > 0
 
 
 ERROR_MARK = "†"
 ERROR_NOTE = f"{ERROR_MARK}: the method had backbone errors on these instances; they count as wrong (docs/scores.md)."
+DECLARED = {False: {"True": "✓", "False": "✗"}, True: {"True": r"\checkmark", "False": r"$\times$"}}
+"""How an attribute's ``True``/``False`` is shown, in Markdown (False) and LaTeX (True)."""
 
 
 def formatted(table: Table, values: pd.DataFrame, latex: bool, marks: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Cells as strings: the column format, '–' (LaTeX: '--') when missing or withheld,
-    superscripts, and :data:`ERROR_MARK` on cells whose instances include errors."""
+    """Cells as strings: ✓/✗ for attributes, the column format, '–' (LaTeX: '--') when missing or
+    withheld, superscripts, and :data:`ERROR_MARK` on cells whose instances include errors."""
     missing = "--" if latex else "–"
     mark = r"$^\dagger$" if latex else ERROR_MARK
 
@@ -214,6 +322,8 @@ def formatted(table: Table, values: pd.DataFrame, latex: bool, marks: pd.DataFra
         return render.latex_escape(text) if latex else text
 
     out = pd.DataFrame(index=values.index)
+    for header, _ in table.attributes:
+        out[header] = [DECLARED[latex].get(str(v), missing) for v in values[header]]
     for c in table.columns:
         cells = [show(v, c.fmt) for v in values[c.header]]
         if c.sup:
@@ -232,7 +342,8 @@ def formatted(table: Table, values: pd.DataFrame, latex: bool, marks: pd.DataFra
 def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[Path]:
     """Every table as ``<name>.md``, ``.csv`` (numeric) and ``.tex`` under ``out``; skips empty ones.
 
-    ``judge_note`` (which judge and rubric produced the judgements) ends every caption.
+    Captions start with the paper's table number; ``judge_note`` (which judge and rubric produced
+    the judgements) ends every caption.
     """
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -241,7 +352,8 @@ def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[
         if values.empty:
             continue
         marks = error_marks(table, scores).reindex(values.index, fill_value=False)
-        caption = " ".join(filter(None, [table.caption, ERROR_NOTE if marks.to_numpy().any() else "", judge_note]))
+        notes = [ERROR_NOTE if marks.to_numpy().any() else "", judge_note]
+        caption = " ".join(filter(None, [f"{table.paper}: {table.caption}", *notes]))
         stem = out / table.name
         values.to_csv(stem.with_suffix(".csv"))
         stem.with_suffix(".md").write_text(render.markdown(formatted(table, values, False, marks), caption))
