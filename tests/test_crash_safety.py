@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from runner_helpers import records
 
+from apm.reduce import synth
 from apm.runner.records import JsonlAppender, done_keys, read_jsonl
 from apm.synth import generate
-from runner_helpers import records
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,19 +73,21 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tiny, tmp_path):
     got = records(run_dir)
     assert len({r["key"] for r in got}) == len(got), "duplicate records"
     assert sorted(_comparable(r) for r in got) == expected
-    sessions = [(m["trajectory_id"], m["session_index"]) for p in (run_dir / "memory").glob("*.jsonl") for m in read_jsonl(p)]
+    sessions = [(m["trajectory_id"], m["session_index"])
+                for p in (run_dir / "memory").glob("*.jsonl") for m in read_jsonl(p, "memory")]
     assert len(sessions) == len(set(sessions)) == 12
 
 
 def test_torn_last_line_is_cut_and_redone(tmp_path):
     path = tmp_path / "records" / "shard-0-of-1.jsonl"
     path.parent.mkdir()
-    path.write_bytes(b'{"key": "a", "error": null}\n{"key": "b", "err')
-    assert done_keys(path.parent) == {"a"}
+    a, b = (synth.record("ER", c, trajectory="T") for c in ("a", "b"))
+    path.write_bytes(json.dumps(a).encode() + b"\n" + json.dumps(b).encode()[:20])
+    assert done_keys(path.parent) == {"T/a/query"}
     w = JsonlAppender(path)
-    w.append({"key": "b", "error": None})
+    w.append(b)
     w.close()
-    assert [r["key"] for r in read_jsonl(path)] == ["a", "b"]
+    assert [r["key"] for r in read_jsonl(path, "records")] == ["T/a/query", "T/b/query"]
 
 
 def test_errors_are_retried_only_when_asked(tmp_path):

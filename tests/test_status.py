@@ -12,10 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from apm.reduce import synth
 from apm.runner import ledger
 from apm.scale import scheduler, status
 
 KEYS = {i: [f"T{i}/c{j}/query" for j in range(10)] for i in range(3)}
+
+
+def record(key: str, error: str | None = None) -> dict:
+    """A complete record line for ``key`` (readers skip incomplete ones)."""
+    trajectory, candidate, probe = key.split("/")
+    return synth.record("ER", candidate, probe, trajectory, error=error)
 
 
 def write_shard(run: Path, index: int, done: int, errors: int, events: list[dict]) -> None:
@@ -26,7 +33,7 @@ def write_shard(run: Path, index: int, done: int, errors: int, events: list[dict
     (folder / ledger.PLAN).write_text(json.dumps({"shard": label, "instances": len(keys), "keys": keys}))
     (folder / ledger.LEDGER).write_text("".join(json.dumps(e) + "\n" for e in events))
     (run / "records").mkdir(exist_ok=True)
-    lines = [{"key": k, "error": "boom" if n < errors else None} for n, k in enumerate(keys[:done])]
+    lines = [record(k, "boom" if n < errors else None) for n, k in enumerate(keys[:done])]
     (run / "records" / f"{label}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
 
 
@@ -87,6 +94,6 @@ def test_shard_without_plan_counts_its_own_records(tmp_path, monkeypatch):
     monkeypatch.setattr(scheduler, "available", lambda: False)
     records = tmp_path / "run" / "records"
     records.mkdir(parents=True)
-    (records / "shard-0-of-2.jsonl").write_text('{"key": "a", "error": null}\n{"key": "a", "error": null}\n')
+    (records / "shard-0-of-2.jsonl").write_text(2 * (json.dumps(record("T0/a/query")) + "\n"))
     (row,) = status.sweep_status(tmp_path)
     assert (row.shard, row.done, row.total, row.duplicates, row.state) == ("shard-0-of-2", 1, None, 1, "not started")

@@ -58,7 +58,7 @@ def cache_key(model: str, key: str, output: str) -> str:
 
 def needs_judge(rec: dict[str, Any]) -> bool:
     """Only gate-passing adaptive probes get a judge score; everything else is decided by the gate."""
-    return rec["task"] in ADAPTIVE and rec["error"] is None and rec["gate_pass"] is True
+    return rec.get("task") in ADAPTIVE and rec.get("error") is None and rec.get("gate_pass") is True
 
 
 @dataclass
@@ -101,7 +101,7 @@ class JudgeStage:
                         "its annotations as they are now", run_dir, root, saved["release_fingerprint"], now)
         release = load_release(root, check_videos=False)
         candidates = {(c.trajectory_id, c.candidate_id): c for c in release.candidates}
-        done = {j["cache_key"] for j in read_folder(run_dir / "judgements") if j.get("failure") != "backbone"}
+        done = {j.get("cache_key") for j in read_folder(run_dir / "judgements") if j.get("failure") != "backbone"}
         todo = [r for r in latest_records(run_dir / "records").values()
                 if needs_judge(r) and (self.only_keys is None or r["key"] in self.only_keys)]
         fresh = [r for r in todo if cache_key(self.model, r["key"], r["output"]) not in done]

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pandas as pd
 
 from apm.judge.stage import needs_judge, response_digest
+from apm.records.lines import Kind, Skipped, read_lines
 
 METHOD = ["dataset", "memory", "backbone", "config_hash"]
 """Columns of a method: its config hash is its identity; the display names ride along (a hash fixes them)."""
@@ -136,18 +136,13 @@ def _files(paths: Iterable[str | Path], kind: str) -> list[Path]:
     return list(found)
 
 
-def _parse(path: Path) -> list[Row]:
-    """JSON objects of a file's lines; an undecodable line (a crash mid-write) is skipped, warned."""
-    rows, bad = [], 0
-    for line in path.read_bytes().splitlines():
-        if not line.strip():
-            continue
-        try:
-            rows.append(orjson.loads(line))
-        except orjson.JSONDecodeError:
-            bad += 1
-    if bad:
-        warnings.warn(f"{path}: skipped {bad} undecodable line(s)", stacklevel=3)
+def _parse(path: Path, kind: Kind, skipped: list[Skipped]) -> list[Row]:
+    """The usable lines of a file (:func:`apm.records.lines.read_lines`); the rest go to ``skipped``,
+    and a warning names the file and the first reason."""
+    before = len(skipped)
+    rows = list(read_lines(path, kind, skipped))
+    if len(skipped) > before:
+        warnings.warn(f"{path}: skipped {len(skipped) - before} line(s); first: {skipped[before]}", stacklevel=3)
     return rows
 
 
@@ -175,20 +170,26 @@ def latest(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return ordered.drop_duplicates(list(keys), keep="last").sort_index().reset_index(drop=True)
 
 
-def _read(paths: Iterable[str | Path], kind: str, fields: Sequence[Field]) -> pd.DataFrame:
+def _read(
+    paths: Iterable[str | Path], kind: Kind, fields: Sequence[Field], skipped: list[Skipped] | None = None
+) -> pd.DataFrame:
     """All lines of one kind under ``paths`` as one typed DataFrame (empty, with columns, if none)."""
-    frames = [_frame(_parse(f), fields) for f in _files(paths, kind)]
+    dropped = [] if skipped is None else skipped
+    frames = [_frame(_parse(f, kind, dropped), fields) for f in _files(paths, kind)]
     frames = [f for f in frames if len(f)]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[n for n, _ in fields])
     return _typed(df)
 
 
-def load_records(paths: Iterable[str | Path], detail: bool = False) -> pd.DataFrame:
-    """Records of the runs under ``paths``; the last line per (config_hash, key) wins.
+def load_records(
+    paths: Iterable[str | Path], detail: bool = False, skipped: list[Skipped] | None = None
+) -> pd.DataFrame:
+    """Records of the runs under ``paths``; the newest line per (config_hash, key) wins.
 
-    ``detail`` adds the raw output, frames, prompt and timing fields (for drilling into instances).
+    ``detail`` adds the raw output, frames, prompt and timing fields (for drilling into instances);
+    unusable lines are appended to ``skipped``.
     """
-    df = _read(paths, "records", RECORD_FIELDS + (DETAIL_FIELDS if detail else []))
+    df = _read(paths, "records", RECORD_FIELDS + (DETAIL_FIELDS if detail else []), skipped)
     return latest(df, ["config_hash", "key"])
 
 
@@ -197,13 +198,14 @@ def load_judgements(
     judge: str | None = None,
     rubric_version: str | None = None,
     records: pd.DataFrame | None = None,
+    skipped: list[Skipped] | None = None,
 ) -> pd.DataFrame:
     """One judgement per (config_hash, key): the last one by ``judge``/``rubric_version``, else the last.
 
     Given ``records``, a judgement of another response than the record's current output (a stale
     one, after a rerun) is dropped first.
     """
-    df = _read(paths, "judgements", JUDGEMENT_FIELDS)
+    df = _read(paths, "judgements", JUDGEMENT_FIELDS, skipped)
     if records is not None:
         df = df[_current(df, records)]
     wanted = pd.Series(True, index=df.index)
@@ -228,19 +230,21 @@ def _current(judgements: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
     return pd.Series(keep.to_numpy(dtype=bool), index=judgements.index)
 
 
-def load_memory(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """Per-session persistent-state lines; the last per (config_hash, trajectory, session) wins."""
-    df = _read(paths, "memory", MEMORY_FIELDS)
+def load_memory(paths: Iterable[str | Path], skipped: list[Skipped] | None = None) -> pd.DataFrame:
+    """Per-session persistent-state lines; the newest per (config_hash, trajectory, session) wins."""
+    df = _read(paths, "memory", MEMORY_FIELDS, skipped)
     return latest(df, ["config_hash", "trajectory_id", "session_index"])
 
 
 @dataclass(frozen=True)
 class RunSet:
-    """Everything one reduction reads: records, the selected judgements and memory lines."""
+    """Everything one reduction reads: records, the selected judgements and memory lines, and the
+    lines it left out (with ``file:line: reason``)."""
 
     records: pd.DataFrame
     judgements: pd.DataFrame
     memory: pd.DataFrame
+    skipped: tuple[Skipped, ...] = ()
 
 
 def load_runs(
@@ -248,5 +252,7 @@ def load_runs(
 ) -> RunSet:
     """Records, judgements (selected as in :func:`load_judgements`) and memory lines under ``paths``."""
     paths = list(paths)
-    records = load_records(paths, detail)
-    return RunSet(records, load_judgements(paths, judge, rubric_version, records), load_memory(paths))
+    skipped: list[Skipped] = []
+    records = load_records(paths, detail, skipped)
+    judgements = load_judgements(paths, judge, rubric_version, records, skipped)
+    return RunSet(records, judgements, load_memory(paths, skipped), tuple(skipped))

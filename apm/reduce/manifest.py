@@ -2,7 +2,8 @@
 
 Inputs are the run directories found under the paths given (every folder holding ``records/``), each
 with its config hashes and the job manifests its shards wrote (``jobs/<shard>/manifest.json``);
-then the judges and rubric versions, prompt versions, and the bootstrap seed and replicates.
+then the judges and rubric versions, the bootstrap seed and replicates, and the input lines that
+were left out as unreadable (``file:line: reason``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from typing import Any
 import pandas as pd
 
 from apm.reduce.load import RunSet
+
+SHOWN_SKIPPED = 100
+"""How many skipped lines the manifest lists one by one (all are counted)."""
 
 
 def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
@@ -67,6 +71,7 @@ def reduce_manifest(paths: Iterable[str | Path], runs: RunSet, seed: int, replic
         "config_hashes": sorted(runs.records["config_hash"].astype("str").unique().tolist()),
         "judges": _distinct(ok, ["judge", "judge_model", "rubric_version"]),
         "bootstrap": {"seed": seed, "replicates": replicates},
+        "skipped_lines": {"count": len(runs.skipped), "first": [str(x) for x in runs.skipped[:SHOWN_SKIPPED]]},
     }
 
 

@@ -11,12 +11,17 @@ stamp wins (``latest_by``), whichever file holds it — file names say nothing a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+
+from apm.records.lines import CHECKS, Kind, Skipped, read_lines
+
+log = logging.getLogger(__name__)
 
 STAMP = "written_ns"
 """The write stamp on every line: nanoseconds since the epoch, strictly increasing within a process."""
@@ -51,23 +56,23 @@ def latest_by(lines: Iterable[dict[str, Any]], key: Callable[[dict[str, Any]], K
     return latest
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """The complete lines of ``path`` as objects; an unterminated or undecodable last line is skipped."""
-    with path.open("rb") as fh:
-        for raw in fh:
-            if not raw.endswith(b"\n"):
-                return
-            try:
-                yield json.loads(raw)
-            except json.JSONDecodeError:
-                continue
+def read_jsonl(path: Path, kind: Kind = "any") -> Iterator[dict[str, Any]]:
+    """The usable ``kind`` lines of ``path`` (:func:`apm.records.lines.read_lines`): a torn last line
+    is a write in progress and passes silently; any other unusable line is logged, never raised."""
+    skipped: list[Skipped] = []
+    yield from read_lines(path, kind, skipped)
+    bad = [s for s in skipped if not s.reason.startswith("unterminated")]
+    if bad:
+        log.warning("%s: skipped %d unusable line(s); first: %s", path, len(bad), bad[0])
 
 
-def read_folder(folder: Path) -> Iterator[dict[str, Any]]:
-    """Every record of every ``*.jsonl`` in ``folder``, file by file in name order."""
+def read_folder(folder: Path, kind: Kind | None = None) -> Iterator[dict[str, Any]]:
+    """Every usable line of every ``*.jsonl`` in ``folder``, file by file in name order; ``kind``
+    defaults to the folder's name (``records``, ``memory``, ``judgements``)."""
     if folder.is_dir():
+        checked: Kind = kind or (folder.name if folder.name in CHECKS else "any")  # type: ignore[assignment]
         for path in sorted(folder.glob("*.jsonl")):
-            yield from read_jsonl(path)
+            yield from read_jsonl(path, checked)
 
 
 class JsonlAppender:

@@ -78,7 +78,7 @@ def _shard_keys(run_dir: Path, shard: str, plan: dict[str, Any] | None) -> list[
     if plan is not None:
         return plan["keys"]
     path = run_dir / "records" / f"{shard}.jsonl"
-    return list(dict.fromkeys(r["key"] for r in read_jsonl(path))) if path.exists() else []
+    return list(dict.fromkeys(r["key"] for r in read_jsonl(path, "records"))) if path.exists() else []
 
 
 def last_job_id(events: list[dict[str, Any]]) -> str | None:
