@@ -13,6 +13,7 @@ from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
 from apm.reduce.load import load_runs
 from apm.reduce.manifest import reduce_manifest, write_json_atomically
+from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import judge_note, score_table, unjudged_probes
 from apm.reduce.tables import write_tables
 from apm.reduce.wandb_log import log_summary
@@ -55,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tables = write_tables(scores, args.out / "tables", judge_note(runs.judgements))
         figures = [] if args.no_figures else write_figures(scores, args.out / "figures")
         write_json_atomically(args.out / "manifest.json", reduce_manifest(args.runs, runs, args.seed, args.bootstrap))
+        write_report_index(args.out, tables, figures)
         if args.wandb:
             log_summary(scores, tables, figures, args.wandb_project, args.wandb_mode, args.out)
         print(f"apm-reduce: {len(runs.records)} records, {scores.shape[0]} scores, "
