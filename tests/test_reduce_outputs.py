@@ -211,3 +211,26 @@ def test_report_manifest_names_inputs_judges_and_bootstrap(reduced: Path) -> Non
     assert [Path(i["run_dir"]).name for i in manifest["inputs"]] == ["ea", "main", "none", "rand"]
     assert {"judge": "judge-x", "judge_model": None, "rubric_version": "1"} in manifest["judges"]
     assert len(manifest["config_hashes"]) == 4 and manifest["apm_version"]
+
+
+def test_a_failed_reduce_leaves_the_previous_report_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    root = synth.small_run_set(tmp_path / "runs")
+    out = tmp_path / "report"
+    assert main([str(root), "--out", str(out), "--bootstrap", "0", "--no-figures"]) == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def full_disk(*_: object) -> list[Path]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("apm.reduce.cli.write_figures", full_disk)
+    capsys.readouterr()
+    assert main([str(root), "--out", str(out), "--bootstrap", "0"]) == 2
+    assert capsys.readouterr().err.strip() == f"apm-reduce: cannot write {out}: No space left on device"
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before and sorted(p.name for p in tmp_path.iterdir()) == ["report", "runs"]
+
+
+def test_a_missing_run_dir_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == f"apm-reduce: no such run directory: {tmp_path / 'nope'}"

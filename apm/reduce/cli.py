@@ -9,10 +9,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from apm.records.atomic import staged_folder, write_json_atomically
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
-from apm.reduce.load import load_runs
-from apm.reduce.manifest import reduce_manifest, write_json_atomically
+from apm.reduce.load import RunSet, load_runs
+from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import judge_note, score_table, unjudged_probes
 from apm.reduce.tables import write_tables
@@ -38,34 +39,56 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _report(args: argparse.Namespace, runs: RunSet | None, out: Path) -> list[str]:
+    """Write the whole report into ``out``; returns the lines to print once it is in place."""
+    said = []
+    if runs is not None:
+        scores = score_table(runs.records, runs.judgements, runs.memory, args.seed, args.bootstrap)
+        scores.to_csv(out / "scores.csv", index=False)
+        tables = write_tables(scores, out / "tables", judge_note(runs.judgements))
+        figures = [] if args.no_figures else write_figures(scores, out / "figures")
+        write_json_atomically(out / "manifest.json", reduce_manifest(args.runs, runs, args.seed, args.bootstrap))
+        if args.compare:
+            _compare(args, out)
+        write_report_index(out, tables, figures)
+        if args.wandb:
+            log_summary(scores, tables, figures, args.wandb_project, args.wandb_mode, out)
+        said.append(f"apm-reduce: {len(runs.records)} records, {scores.shape[0]} scores, "
+                    f"{len(tables)} table files, {len(figures)} figures -> {args.out}")
+    elif args.compare:
+        _compare(args, out)
+    if args.compare:
+        said.append(f"apm-reduce: paired comparison -> {args.out / 'compare.csv'}")
+    return said
+
+
+def _compare(args: argparse.Namespace, out: Path) -> None:
+    a, b = (load_runs([p], args.judge, args.rubric) for p in args.compare)
+    compare_runs(a, b, args.seed, args.bootstrap).to_csv(out / "compare.csv", index=False)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Reduce; user errors (a missing run dir, unjudged probes, a full disk) are one line and exit 2."""
     args = parser().parse_args(argv)
     if not args.runs and not args.compare:
         parser().error("give RUN_DIR(s), --compare RUN_A RUN_B, or both")
     started = time.perf_counter()
-    if args.runs:
-        runs = load_runs(args.runs, args.judge, args.rubric)
-        unjudged = unjudged_probes(runs.records, runs.judgements)
+    try:
+        runs = load_runs(args.runs, args.judge, args.rubric) if args.runs else None
+        unjudged = unjudged_probes(runs.records, runs.judgements) if runs is not None else 0
         if unjudged and not args.allow_unjudged:
             print(f"apm-reduce: {unjudged} gate-passing adaptive probe(s) have no judgement; run apm-judge on "
                   "these run dirs first (or pass --allow-unjudged to show – for the affected scores)", file=sys.stderr)
             return 2
-        args.out.mkdir(parents=True, exist_ok=True)
-        scores = score_table(runs.records, runs.judgements, runs.memory, args.seed, args.bootstrap)
-        scores.to_csv(args.out / "scores.csv", index=False)
-        tables = write_tables(scores, args.out / "tables", judge_note(runs.judgements))
-        figures = [] if args.no_figures else write_figures(scores, args.out / "figures")
-        write_json_atomically(args.out / "manifest.json", reduce_manifest(args.runs, runs, args.seed, args.bootstrap))
-        write_report_index(args.out, tables, figures)
-        if args.wandb:
-            log_summary(scores, tables, figures, args.wandb_project, args.wandb_mode, args.out)
-        print(f"apm-reduce: {len(runs.records)} records, {scores.shape[0]} scores, "
-              f"{len(tables)} table files, {len(figures)} figures -> {args.out}")
-    if args.compare:
-        args.out.mkdir(parents=True, exist_ok=True)
-        a, b = (load_runs([p], args.judge, args.rubric) for p in args.compare)
-        compare_runs(a, b, args.seed, args.bootstrap).to_csv(args.out / "compare.csv", index=False)
-        print(f"apm-reduce: paired comparison -> {args.out / 'compare.csv'}")
+        with staged_folder(args.out) as out:  # a kill or a full disk leaves the previous report, whole
+            said = _report(args, runs, out)
+    except FileNotFoundError as e:
+        print(f"apm-reduce: no such run directory: {e.filename or e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"apm-reduce: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print("\n".join(said))
     print(f"apm-reduce: done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 

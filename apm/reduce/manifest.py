@@ -9,9 +9,7 @@ were left out as unreadable (``file:line: reason``).
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from importlib import metadata
@@ -73,13 +71,3 @@ def reduce_manifest(paths: Iterable[str | Path], runs: RunSet, seed: int, replic
         "bootstrap": {"seed": seed, "replicates": replicates},
         "skipped_lines": {"count": len(runs.skipped), "first": [str(x) for x in runs.skipped[:SHOWN_SKIPPED]]},
     }
-
-
-def write_json_atomically(path: Path, content: Any) -> Path:
-    """Write ``content`` as JSON via a temporary file in the same folder, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(content, f, indent=2, default=str)
-    os.replace(tmp, path)
-    return path
