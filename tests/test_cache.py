@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing as mp
+import os
 import multiprocessing.synchronize
 import shutil
 from pathlib import Path
@@ -138,3 +140,26 @@ def test_build_release_cache_reports_bad_videos(clip: Path, tmp_path: Path) -> N
     assert [e.path for e in report.failed] == [bad.resolve(), gone.resolve()]
     assert report.failed[1].reason == "no such file"
     assert FrameCache(tmp_path / "c").entry(clip).count == 13
+
+
+def test_entries_and_memos_follow_the_umask_so_a_group_can_share_the_cache(clip: Path, tmp_path: Path) -> None:
+    old = os.umask(0o002)
+    try:
+        entry = FrameCache(tmp_path / "c").entry(clip)
+    finally:
+        os.umask(old)
+    memos = list((tmp_path / "c" / "digests").glob("*.json"))
+    for path in [entry.path, *memos]:
+        assert path.stat().st_mode & 0o060 == 0o060, (path, oct(path.stat().st_mode))
+
+
+@pytest.mark.parametrize("memo", ["[]", '"x"', "{}", '{"sha256": 5}', '{"sha256": "zz"}', "{not json"])
+def test_a_malformed_digest_memo_is_rebuilt_never_trusted(clip: Path, tmp_path: Path, memo: str) -> None:
+    cache = FrameCache(tmp_path / "c")
+    key = cache.key(clip)
+    (path,) = (tmp_path / "c" / "digests").glob("*.json")
+    good = json.loads(path.read_text())
+    spoilt = memo if not memo.startswith('{"sha256"') else json.dumps({**good, **json.loads(memo)})
+    path.write_text(spoilt)
+    assert FrameCache(tmp_path / "c").key(clip) == key
+    assert json.loads(path.read_text()) == good

@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import av
 import PIL
@@ -24,6 +24,7 @@ from filelock import FileLock
 from tqdm import tqdm
 
 from apm.data.model import Release
+from apm.records.atomic import write_atomically
 from apm.video.decode import SamplingSettings, VideoDecodeError, sample_jpegs
 from apm.video.store import CorruptEntryError, EntryFile, write_entry
 
@@ -43,30 +44,32 @@ def default_cache_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "apm" / "frames"
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Write a small file so that readers see the old or the new content, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def file_digest(path: Path, cache_dir: Path) -> str:
     """SHA-256 of a video file, memoised under ``cache_dir/digests`` until its size, mtime or inode change."""
     real = path.resolve()
     st = real.stat()
     stamp = {"path": str(real), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
     memo = cache_dir / "digests" / f"{hashlib.sha256(str(real).encode()).hexdigest()[:32]}.json"
-    try:
-        saved = json.loads(memo.read_text())
-        if {k: saved.get(k) for k in stamp} == stamp:
-            return saved["sha256"]
-    except (OSError, ValueError):
-        pass
+    saved = _memo(memo)
+    if saved is not None and {k: saved.get(k) for k in stamp} == stamp:
+        return saved["sha256"]
     with open(real, "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
-    _atomic_write_text(memo, json.dumps({**stamp, "sha256": digest}))
+    write_atomically(memo, json.dumps({**stamp, "sha256": digest}).encode())
     return digest
+
+
+def _memo(path: Path) -> dict[str, Any] | None:
+    """A digest memo if it is readable and of the right shape (an object with a SHA-256 hex digest);
+    anything else — absent, torn, another shape — is None, and the digest is computed again."""
+    try:
+        saved = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    digest = saved.get("sha256") if isinstance(saved, dict) else None
+    if isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest):
+        return saved
+    return None
 
 
 class CacheEntry:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 import zlib
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+
+from apm.records.atomic import temp_name
 
 MAGIC = b"APMFRAME"
 END_MAGIC = b"APMFEND1"
@@ -42,9 +43,9 @@ def write_entry(path: Path, header: dict[str, Any], jpegs: Iterable[bytes]) -> i
     If ``jpegs`` raises, no file is left behind.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = temp_name(path)  # not mkstemp: its 0600 would hide a shared cache from the group
     try:
-        with os.fdopen(fd, "wb") as f:
+        with tmp.open("xb") as f:
             crc = _Crc(f)
             head = json.dumps(header, sort_keys=True).encode()
             crc.write(MAGIC + _HEADER_LEN.pack(len(head)) + head)
