@@ -11,9 +11,12 @@ frames after the probe time. A new protocol is one subclass plus one YAML file u
 from __future__ import annotations
 
 import abc
+import functools
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
@@ -90,9 +93,41 @@ def prior_sessions(instance: Instance, trajectory: Trajectory) -> list[Session]:
     return [trajectory.session(k) for k in instance.visible_sessions[:-1]]
 
 
-def state_bytes(state_dir: Path) -> int:
-    """Bytes the protocol's persistent state occupies: every file under ``state_dir`` but the
-    ``*.tmp`` files a crash mid-write may leave (they are not state and are overwritten on redo)."""
+def state_files(state_dir: Path) -> list[Path]:
+    """The files of the protocol's persistent state, sorted: every file under ``state_dir`` but the
+    ``*.tmp`` files a writer has not renamed yet (or a crash left; they are not state)."""
     if not state_dir.exists():
-        return 0
-    return sum(p.stat().st_size for p in state_dir.rglob("*") if p.is_file() and p.suffix != ".tmp")
+        return []
+    return sorted(p for p in state_dir.rglob("*") if p.is_file() and p.suffix != ".tmp")
+
+
+def state_bytes(state_dir: Path) -> int:
+    """Bytes the protocol's persistent state occupies on disk (``state_files``)."""
+    return sum(p.stat().st_size for p in state_files(state_dir))
+
+
+StateManifest = dict[str, dict[str, Any]]
+"""What a state folder holds: relative POSIX path -> ``{"bytes": size, "sha256": hex digest}``."""
+
+
+def state_manifest(state_dir: Path) -> StateManifest:
+    """Each state file with its size and SHA-256, so a resume can tell whether the state is still there."""
+    manifest = {}
+    for path in state_files(state_dir):
+        st = path.stat()
+        digest = _file_sha256(str(path), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        manifest[path.relative_to(state_dir).as_posix()] = {"bytes": st.st_size, "sha256": digest}
+    return manifest
+
+
+def manifest_sha256(manifest: StateManifest) -> str:
+    """One digest for a whole state: SHA-256 of the manifest as canonical JSON."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=65536)
+def _file_sha256(path: str, identity: tuple[int, ...]) -> str:
+    """SHA-256 of a file's bytes, remembered per inode, size and change times, so the state a session
+    keeps (a raw video: gigabytes) is read once per process, not after every later session too."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()

@@ -8,13 +8,13 @@ stored as ``<index>_<day>_<session>.txt``; a reply that is not that JSON is stor
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from apm.data.instances import Instance
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
 from apm.prompts import interleave, summary_prompts, turn_text
+from apm.records.atomic import write_atomically
 
 
 def _note_path(state_dir: Path, s: Session) -> Path:
@@ -54,10 +54,7 @@ class TextSummary(MemoryProtocol):
         )
         response = await writer.generate(request)
         memory, status = _memory_text(response.text) if response.ok else ("", "failed")
-        state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = _note_path(state_dir, view.session).with_suffix(".tmp")
-        tmp.write_text(memory, encoding="utf-8")
-        tmp.replace(_note_path(state_dir, view.session))
+        write_atomically(_note_path(state_dir, view.session), memory.encode("utf-8"))
         return {"writer_parse_status": status, "writer_total_s": response.total_s, "error": response.error}
 
     def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
@@ -120,7 +117,8 @@ class Retrieval(TextSummary):
 
             retriever = bm25s.BM25()
             retriever.index(bm25s.tokenize(docs, show_progress=False), show_progress=False)
-            return [float(x) for x in retriever.get_scores(bm25s.tokenize(query, show_progress=False, return_ids=False)[0])]
+            query_tokens = bm25s.tokenize(query, show_progress=False, return_ids=False)[0]
+            return [float(x) for x in retriever.get_scores(query_tokens)]
         return _embedding_scores(self.embedding_model, query, docs)
 
 

@@ -14,19 +14,22 @@ from pathlib import Path
 from apm.data.instances import Instance, Turn
 from apm.data.model import Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
+from apm.records.atomic import temp_name, write_atomically
 from apm.video.select import Span
 
 
 def _keep(src: Path, dst: Path) -> None:
     """Store a session video in the state folder (a hard link where possible: same bytes on disk)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".tmp")
-    tmp.unlink(missing_ok=True)
+    tmp = temp_name(dst)
     try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)  # rename() keeps both names when they already link one file
 
 
 class RawVideo(MemoryProtocol):
@@ -48,12 +51,12 @@ class RawVideo(MemoryProtocol):
         _keep(session.video, state_dir / f"{stem}{session.video.suffix}")
         if view.interactions:
             turns = [{"kind": t.kind, "time": t.time, "text": t.text} for t in view.interactions]
-            (state_dir / f"{stem}.turns.json").write_text(json.dumps(turns, ensure_ascii=False))
+            write_atomically(state_dir / f"{stem}.turns.json", json.dumps(turns, ensure_ascii=False).encode())
         if self.keep_sessions is not None:
             stems = sorted({p.name.split(".")[0] for p in state_dir.iterdir() if not p.name.endswith(".tmp")})
             for old in stems[: max(0, len(stems) - self.keep_sessions)]:
                 for path in state_dir.glob(f"{old}.*"):
-                    path.unlink()
+                    path.unlink(missing_ok=True)  # another writer of this session may have been first
         return {}
 
     def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:

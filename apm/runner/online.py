@@ -3,18 +3,27 @@
 Per trajectory, sessions run in their real order: first the session's instances (concurrently,
 bounded by ``concurrency``; each sees prior-session memory and its own causal prefix, and nothing
 another instance said), then the memory protocol's session-end update, whose bytes on disk are
-measured. Trajectories run concurrently with each other. Records are appended as instances finish;
-a rerun skips keys already on record and sessions whose memory update is on record.
+measured. Trajectories run concurrently with each other. Records are appended as instances finish.
+
+A shard is written by one process at a time (``holding_shard``). A rerun first puts each trajectory's
+state folder back to the newest state on record that it still holds whole (``restore_state``), then
+updates every session after it again, and skips an instance only if its record was made with the
+memory it would be shown now (``memory_sha256``), so a lost or changed state is redone with every
+instance that saw it (docs/records.md, "Resume checks the memory state").
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +31,13 @@ from apm.backbones.base import GenerationSettings, Response
 from apm.data import clock
 from apm.data.instances import Instance, Turn, candidate_instances
 from apm.data.model import Release, Session, Trajectory
-from apm.memory.base import MemoryProtocol, SessionView, state_bytes
+from apm.memory.base import MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
 from apm.prompts import turn_text
 from apm.runner.context import Prepared, prepare
+from apm.runner.ledger import scheduler_job_id
+from apm.runner.lock import LockHeld, WriterLock
 from apm.runner.outcome import judge_output
-from apm.runner.records import JsonlAppender, done_keys, latest_by, read_folder
+from apm.runner.records import JsonlAppender, latest_by, latest_records, read_folder
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError
 from apm.video.frames import Frame
@@ -50,6 +61,8 @@ class RunSetup:
     concurrency: int = 8
     shard_label: str = "shard-0-of-1"
     rerun_errors: bool = False
+    wait_for_lock: bool = False
+    """Whether a job on a shard another job holds waits for it, instead of stopping at once."""
 
 
 @dataclass
@@ -63,6 +76,9 @@ class RunStats:
 
 
 OnRecord = Callable[[dict[str, Any]], None]
+
+NO_MEMORY: dict[str, Any] = {"bytes": 0, "state_sha256": manifest_sha256({})}
+"""What an instance of a trajectory's first session is shown: the empty state."""
 
 
 def session_interactions(release: Release, trajectory: Trajectory, session: Session) -> tuple[Turn, ...]:
@@ -94,8 +110,9 @@ def session_frames(cache: FrameCache, session: Session, limit: int) -> tuple[Fra
 
 
 def make_record(setup: RunSetup, inst: Instance, trajectory: Trajectory, prepared: Prepared | None,
-                response: Response, prep_s: float, memory_bytes: int) -> dict[str, Any]:
-    """The output contract for one instance (``docs/records.md``)."""
+                response: Response, prep_s: float, shown: dict[str, Any]) -> dict[str, Any]:
+    """The output contract for one instance (``docs/records.md``); ``shown``: the memory line of the
+    state it saw (``NO_MEMORY`` in a trajectory's first session)."""
     session = trajectory.session(inst.session)
     outcome = judge_output(inst, response.text, response.finish_reason) if response.ok else None
     parsed = outcome.parsed if outcome else None
@@ -141,7 +158,8 @@ def make_record(setup: RunSetup, inst: Instance, trajectory: Trajectory, prepare
         },
         "tokens": {"prompt": response.prompt_tokens, "completion": response.completion_tokens},
         "truncation": response.truncation.to_dict() if response.truncation else None,
-        "memory_bytes": memory_bytes,
+        "memory_bytes": shown["bytes"],
+        "memory_sha256": shown["state_sha256"],
         "error": response.error,
         "attempts": response.attempts,
         "shard": setup.shard_label,
@@ -180,11 +198,62 @@ def memory_on_record(memory_dir: Path, rerun_errors: bool) -> dict[tuple[str, st
     return {k: m for k, m in last.items() if not (rerun_errors and m.get("error"))}
 
 
-def _after_failed_update(inst: Instance, memory_done: dict, trajectories: list[Trajectory]) -> bool:
-    """Whether ``inst`` saw memory that a failed (now redone) session update should have written."""
-    traj = next(t for t in trajectories if t.trajectory_id == inst.trajectory_id)
-    index = traj.session(inst.session).index
-    return any((traj.trajectory_id, s.key) not in memory_done for s in traj.sessions[:index])
+def recorded_lines(traj: Trajectory, memory_done: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The memory lines of the trajectory's first sessions, as far as each has one with its ``state``
+    (a line written before states were recorded cannot be checked, so it counts as missing)."""
+    lines = []
+    for session in traj.sessions:
+        line = memory_done.get((traj.trajectory_id, session.key))
+        if line is None or "state" not in line:
+            break
+        lines.append(line)
+    return lines
+
+
+def restore_state(state_dir: Path, states: list[StateManifest]) -> int:
+    """Put ``state_dir`` back to the newest of ``states`` (the state after each session, in order) that
+    it still holds file for file (size and SHA-256), deleting every other file; return how many
+    sessions that state covers: the index of the first session whose update is to be (re)done."""
+    held = state_manifest(state_dir)
+    kept = next((n for n in range(len(states), 0, -1)
+                 if all(held.get(path) == entry for path, entry in states[n - 1].items())), 0)
+    wanted = states[kept - 1] if kept else {}
+    for path in list(state_dir.rglob("*")) if state_dir.exists() else []:
+        if path.is_file() and path.relative_to(state_dir).as_posix() not in wanted:
+            path.unlink()
+    return kept
+
+
+class ShardBusy(SystemExit):
+    """Another process holds the shard: this one stops with the one line that names it (exit status 1)."""
+
+
+def lock_holder() -> dict[str, Any]:
+    """Who this process is, for the shard's lock file: host, pid, SLURM job id and since when."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "job_id": scheduler_job_id(),
+            "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def busy_line(setup: RunSetup, holder: dict[str, Any] | None) -> str:
+    """The refusal of a second job on a shard, naming the job that holds it."""
+    who = (f"host {holder.get('host')} pid {holder.get('pid')} (SLURM job {holder.get('job_id') or '-'}, "
+           f"since {holder.get('since')})" if holder else "a job that is only now writing its lock file")
+    return f"apm-run: {setup.shard_label} of {setup.run_dir} is being written by {who}; not starting a second writer"
+
+
+@contextmanager
+def holding_shard(setup: RunSetup) -> Iterator[None]:
+    """Hold the shard's lock (``locks/<shard>.lock``) while its records, memory lines and state are
+    written: a second job on the shard raises ``ShardBusy`` at once, or waits with ``wait_for_lock``."""
+    lock = WriterLock(setup.run_dir / "locks" / f"{setup.shard_label}.lock", lock_holder(), setup.wait_for_lock)
+    try:
+        lock.acquire()
+    except LockHeld as held:
+        raise ShardBusy(busy_line(setup, held.holder)) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class OnlineRun:
@@ -198,45 +267,58 @@ class OnlineRun:
         self._sem = asyncio.Semaphore(setup.concurrency)
 
     async def run(self, trajectories: list[Trajectory], instances: list[Instance]) -> RunStats:
+        with holding_shard(self.setup):
+            return await self._run(trajectories, instances)
+
+    async def _run(self, trajectories: list[Trajectory], instances: list[Instance]) -> RunStats:
         s = self.setup
-        done = done_keys(s.run_dir / "records", s.rerun_errors)
+        on_record = {k: rec for k, rec in latest_records(s.run_dir / "records").items()
+                     if not (s.rerun_errors and rec.get("error"))}
         memory_done = memory_on_record(s.run_dir / "memory", s.rerun_errors)
-        if s.rerun_errors:
-            done -= {i.key for i in instances if _after_failed_update(i, memory_done, trajectories)}
         by_session: dict[tuple[str, str], list[Instance]] = defaultdict(list)
         for inst in instances:
             by_session[(inst.trajectory_id, inst.session)].append(inst)
         self.stats.total = len(instances)
-        self.stats.skipped = sum(1 for i in instances if i.key in done)
         if self.progress is not None:
             self.progress.reset(total=self.stats.total)
-            self.progress.update(self.stats.skipped)
         self._records = JsonlAppender(s.run_dir / "records" / f"{s.shard_label}.jsonl")
         self._memory = JsonlAppender(s.run_dir / "memory" / f"{s.shard_label}.jsonl")
         await _prebuild(s.cache, trajectories)
         try:
-            await asyncio.gather(*(self._trajectory(t, by_session, done, memory_done) for t in trajectories))
+            await asyncio.gather(*(self._trajectory(t, by_session, on_record, memory_done) for t in trajectories))
         finally:
             self._records.close()
             self._memory.close()
         return self.stats
 
-    async def _trajectory(self, traj: Trajectory, by_session, done: set[str], memory_done: dict) -> None:
+    async def _trajectory(self, traj: Trajectory, by_session, on_record: dict, memory_done: dict) -> None:
         s = self.setup
         state_dir = s.run_dir / "memory_state" / traj.trajectory_id
-        memory_bytes = 0
+        recorded = recorded_lines(traj, memory_done)
+        kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded])
+        shown = NO_MEMORY
         prior_seconds = 0
         for session in traj.sessions:
-            todo = [i for i in by_session.get((traj.trajectory_id, session.key), []) if i.key not in done]
-            await asyncio.gather(*(self._instance(traj, i, state_dir, memory_bytes) for i in todo))
+            todo = self._todo(by_session.get((traj.trajectory_id, session.key), []), on_record, shown)
+            await asyncio.gather(*(self._instance(traj, i, state_dir, shown) for i in todo))
             prior_seconds += session.duration
-            key = (traj.trajectory_id, session.key)
-            if key in memory_done:
-                memory_bytes = memory_done[key]["bytes"]
-                continue
-            memory_bytes = await self._end_session(traj, session, state_dir, prior_seconds)
+            if session.index < kept:
+                shown = recorded[session.index]
+            else:
+                shown = await self._end_session(traj, session, state_dir, prior_seconds)
 
-    async def _end_session(self, traj: Trajectory, session: Session, state_dir: Path, prior_seconds: int) -> int:
+    def _todo(self, instances: list[Instance], on_record: dict, shown: dict[str, Any]) -> list[Instance]:
+        """The instances still to run: all but those on record with the memory they would be shown now."""
+        todo = [i for i in instances if on_record.get(i.key, {}).get("memory_sha256") != shown["state_sha256"]]
+        self.stats.skipped += len(instances) - len(todo)
+        if self.progress is not None:
+            self.progress.update(len(instances) - len(todo))
+        return todo
+
+    async def _end_session(self, traj: Trajectory, session: Session, state_dir: Path,
+                           prior_seconds: int) -> dict[str, Any]:
+        """Run the protocol's session-end update and append its memory line (returned): the state it
+        left, file by file, and its size."""
         s = self.setup
         limit = min(s.protocol.session_frames, frame_budget(s.writer, s.protocol.session_frames))
         frames = await asyncio.to_thread(session_frames, s.cache, session, limit)
@@ -244,30 +326,32 @@ class OnlineRun:
         began = time.perf_counter()
         facts = await s.protocol.end_session(view, state_dir, s.writer)
         update_s = time.perf_counter() - began
-        size = state_bytes(state_dir)
+        state = await asyncio.to_thread(state_manifest, state_dir)
         error = facts.pop("error", None)
         self.stats.errors += error is not None
-        self._memory.append({
+        line = self._memory.append({
             "run": s.run_info,
             "trajectory_id": traj.trajectory_id,
             "day_id": session.day_id,
             "session_id": session.session_id,
             "session_index": session.index,
-            "bytes": size,
+            "bytes": sum(entry["bytes"] for entry in state.values()),
             "prior_hours": prior_seconds / 3600,
             "update_s": update_s,
             "error": error,
             **facts,
+            "state": state,
+            "state_sha256": manifest_sha256(state),
         })
         self.stats.sessions_updated += 1
-        return size
+        return line
 
     def _prepare(self, traj: Trajectory, inst: Instance, state_dir: Path) -> Prepared:
         s = self.setup
         history = s.protocol.history(inst, traj, state_dir)
         return prepare(s.cache, traj, inst, history, s.max_frames, s.settings)
 
-    async def _instance(self, traj: Trajectory, inst: Instance, state_dir: Path, memory_bytes: int) -> None:
+    async def _instance(self, traj: Trajectory, inst: Instance, state_dir: Path, shown: dict[str, Any]) -> None:
         s = self.setup
         async with self._sem:
             began = time.perf_counter()
@@ -282,7 +366,7 @@ class OnlineRun:
             else:
                 prep_s = time.perf_counter() - began
                 response = await s.backbone.generate(prepared.request)
-        record = make_record(s, inst, traj, prepared, response, prep_s, memory_bytes)
+        record = make_record(s, inst, traj, prepared, response, prep_s, shown)
         self._records.append(record)
         self.stats.new += 1
         self.stats.errors += record["error"] is not None

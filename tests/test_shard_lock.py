@@ -1,0 +1,143 @@
+"""One writer per shard: a second job on a shard is refused (naming the holder), a lock left by a
+killed job is taken over, and two writers of one session's memory never trip over each other's
+temporary files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from runner_helpers import compose_run, records, run
+from slow_backbones import FlakyWriter
+
+from apm.backbones.baselines import RandomBaseline
+from apm.data.instances import Turn
+from apm.data.model import Session, Trajectory
+from apm.memory.base import SessionView
+from apm.memory.text import TextSummary
+from apm.memory.video import RawVideo
+from apm.runner.app import run_dir_of
+from apm.synth import generate
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Sluggish(RandomBaseline):
+    """The random baseline at half a second a request: a run that holds its shard for a while."""
+
+    async def generate(self, request):
+        await asyncio.sleep(0.5)
+        return await super().generate(request)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
+
+
+def _apm_run(tiny: Path, out: Path, cache: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={out}",
+         f"frames.cache_dir={cache}", "logging.wandb.mode=disabled", "logging.progress=false",
+         "memory=none", "backbone=random", "concurrency=1", "backbone._target_=test_shard_lock.Sluggish"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def _wait_for(condition, seconds: float) -> None:
+    deadline = time.time() + seconds
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_second_job_on_a_shard_is_refused_naming_the_holder(tiny, tmp_path):
+    out, cache = tmp_path / "runs", tmp_path / "cache"
+    first = _apm_run(tiny, out, cache)
+    try:
+        _wait_for(lambda: any(p.stat().st_size for p in out.rglob("records/*.jsonl")), 120)
+        second = _apm_run(tiny, out, cache)
+        try:
+            said, _ = second.communicate(timeout=60)
+        finally:
+            second.kill()
+        assert second.returncode != 0, said
+        last = said.strip().splitlines()[-1]
+        assert f"pid {first.pid}" in last and socket.gethostname() in last, said
+        assert first.poll() is None  # the holder is not disturbed
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_a_lock_left_by_a_killed_job_is_taken_over(tiny, tmp_path):
+    cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", ["memory=none", "backbone=random",
+                                                                    "dataset.tasks=[ER]"])
+    lock = run_dir_of(cfg) / "locks" / "shard-0-of-1.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from apm.runner.lock import WriterLock;"
+         "lock = WriterLock(Path(sys.argv[1]), {'host': 'elsewhere', 'pid': 1}).acquire();"
+         "print('held', flush=True); time.sleep(600)", str(lock)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert "elsewhere" in lock.read_text()  # the dead holder's lock file is still there
+    run_dir = run(cfg)
+    assert records(run_dir)
+    assert f'"pid": {os.getpid()}' in lock.read_text()
+
+
+def test_a_held_lock_is_refused_at_once_or_waited_for(tmp_path):
+    from apm.runner.lock import LockHeld, WriterLock
+
+    path = tmp_path / "locks" / "x.lock"
+    with WriterLock(path, {"host": "h1", "pid": 11}):
+        with pytest.raises(LockHeld) as refused:
+            WriterLock(path, {"host": "h2", "pid": 22}).acquire()
+        assert refused.value.holder == {"host": "h1", "pid": 11}
+    first = WriterLock(path, {"host": "h1", "pid": 11}).acquire()
+    threading.Timer(0.3, first.release).start()
+    began = time.perf_counter()
+    with WriterLock(path, {"host": "h2", "pid": 22}, wait=True):
+        assert time.perf_counter() - began >= 0.25
+        assert '"pid": 22' in path.read_text()
+
+
+@pytest.mark.parametrize("protocol", [TextSummary(), RawVideo(), RawVideo(keep_sessions=1)],
+                         ids=["text", "video", "restricted"])
+def test_two_writers_of_one_session_never_crash_on_temporary_files(tmp_path, protocol):
+    video = tmp_path / "v.mp4"
+    video.write_bytes(os.urandom(4096))
+    sessions = tuple(Session("T", "DAY1", f"S00{i}", i, 60 * i, 60 * i + 10, video) for i in range(2))
+    trajectory = Trajectory("T", "test", "race", sessions)
+    state_dir = tmp_path / "state"
+    crashes: list[BaseException] = []
+
+    def write(view: SessionView, gate: threading.Barrier) -> None:
+        gate.wait()
+        try:
+            asyncio.run(protocol.end_session(view, state_dir, FlakyWriter()))
+        except BaseException as e:  # noqa: BLE001 — counted
+            crashes.append(e)
+
+    for i in range(150):
+        session = sessions[i % 2]
+        view = SessionView(trajectory, session, (Turn("registration", session.start + 1, "remind me"),))
+        gate = threading.Barrier(2)
+        writers = [threading.Thread(target=write, args=(view, gate)) for _ in range(2)]
+        for t in writers:
+            t.start()
+        for t in writers:
+            t.join()
+    assert not crashes, f"{len(crashes)} crashes, e.g. {crashes[0]!r}"
+    assert not list(state_dir.glob("*.tmp"))
