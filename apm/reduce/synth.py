@@ -9,6 +9,7 @@ for gate-passing probes, and per-session memory lines.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,9 @@ def judgement(rec: Line, score: int | None, status: str = "ok", judge: str = "ju
 
 
 def memory_line(trajectory: str, index: int, size: int, prior_hours: float, run: Line | None = None) -> Line:
-    """The memory line written after session ``index`` (0-based) of a trajectory."""
+    """The memory line written after session ``index`` (0-based) of a trajectory: one state file of
+    ``size`` bytes (its digest stands for content of that size)."""
+    state = {f"session-{index}.bin": {"bytes": size, "sha256": hashlib.sha256(str(size).encode()).hexdigest()}}
     return {
         "run": run or run_info(),
         "trajectory_id": trajectory,
@@ -105,6 +108,8 @@ def memory_line(trajectory: str, index: int, size: int, prior_hours: float, run:
         "prior_hours": prior_hours,
         "update_s": 0.5,
         "error": None,
+        "state": state,
+        "state_sha256": hashlib.sha256(json.dumps(state, sort_keys=True, separators=(",", ":")).encode()).hexdigest(),
     }
 
 
