@@ -175,3 +175,41 @@ def test_stats_counts_tasks_and_polarities(tmp_path, videos, capsys):
     assert stats["instances_per_task_polarity"]["TPG/positive"] == 1
     assert stats["ea_candidates"] == {"evidence_available": 1, "evidence_unavailable": 1}
     assert stats["instances"] == 14
+
+
+UNUSABLE_TEXT = {
+    "bytes that are not UTF-8": ("candidates.jsonl", b'"Where was', b'"Where \xff was',
+                                 "candidates.jsonl:1: (encoding): not UTF-8: byte 0xff at column"),
+    "nesting deeper than the parser recurses": ("trajectories.json", b'"kitchen"', b"[" * 5000 + b"]" * 5000,
+                                                "trajectories.json:5: (syntax): nested deeper than 64 levels"),
+    "a number past the int-string limit": ("candidates.jsonl", b'"Where was the mug?"', b"9" * 5000,
+                                           "candidates.jsonl:1: (syntax): a number with more than 4300 digits"),
+    "a day past any trajectory": ("trajectories.json", b'"DAY1"', b'"DAY' + b"9" * 5000 + b'"',
+                                  "trajectories.json:8: [0].sessions[0].day_id: day number above 9999: 'DAY99999"),
+    "a lone surrogate": ("candidates.jsonl", b'"Where was', b'"Where \\ud800 was',
+                         "candidates.jsonl:1: question: holds a lone surrogate escape (not Unicode text)"),
+    "a key given twice": ("candidates.jsonl", b'"question": ', b'"question": "a", "question": ',
+                          "candidates.jsonl:1: question: appears twice in its object"),
+    "a newline in a reference": ("candidates.jsonl", b'"S004"', b'"S\\n004"',
+                                 "candidates.jsonl:1: query.session_id: no session DAY2/S\\n004 in trajectory T1"),
+    "a NUL in a video path": ("trajectories.json", b'"videos/T1/DAY1_S001.mp4"', b'"videos/T1/\\u0000.mp4"',
+                              "trajectories.json:12: [0].sessions[0].video: 'videos/T1/\\x00.mp4' is not a relative path"),
+    "a video outside the release": ("trajectories.json", b'"videos/T1/DAY1_S001.mp4"', b'"../DAY1_S001.mp4"',
+                                    "[0].sessions[0].video: '../DAY1_S001.mp4' is not a relative path inside the release"),
+    "a video name too long for the file system": (
+        "trajectories.json", b'"videos/T1/DAY1_S001.mp4"', b'"videos/' + b"x" * 300 + b'.mp4"',
+        "xxx.mp4 is unusable: File name too long"),  # the middle of the long path is cut
+}
+
+
+@pytest.mark.parametrize("name", list(UNUSABLE_TEXT))
+def test_unusable_text_is_one_problem_line_not_a_crash(name, tmp_path, videos, capsys):
+    file, old, new, expected = UNUSABLE_TEXT[name]
+    root = make(tmp_path, videos, base_release())
+    data = (root / file).read_bytes()
+    (root / file).write_bytes(data.replace(old, new, 1))
+    assert apm_data(["validate", str(root)]) == 2
+    header, *lines = capsys.readouterr().err.splitlines()
+    assert header == f"error: {root}: {len(lines)} problem{'s' * (len(lines) > 1)} in the release"
+    assert any(expected in line for line in lines), lines
+    assert all(len(line) < 400 for line in lines)  # a pasted 5,000-character value loses its middle

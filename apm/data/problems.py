@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MAX_LISTED = 50
+MAX_CHARS = 300
+"""A field or message longer than this (a pasted value, most likely) loses its middle, so it stays readable."""
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,7 @@ class Problems:
     items: list[Problem] = field(default_factory=list)
 
     def add(self, file: str, line: int, field_: str, message: str) -> None:
-        self.items.append(Problem(file, line, field_, message))
+        self.items.append(Problem(file, line, one_line(field_), one_line(message)))
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -35,6 +37,14 @@ class Problems:
         if len(self.items) > limit:
             shown.append(f"... and {len(self.items) - limit} more problems")
         return "\n".join(shown)
+
+
+def one_line(text: str) -> str:
+    """``text`` printable on one line, its middle cut past ``MAX_CHARS`` (released values may hold anything)."""
+    if len(text) > MAX_CHARS:
+        half = MAX_CHARS // 2 - 2
+        return f"{one_line(text[:half])}...{one_line(text[-half:])}"
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 class ReleaseError(ValueError):

@@ -6,7 +6,7 @@ times inside sessions, causality) are applied there on top of the shapes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from apm.data.tasks import ADAPTIVE, CROSS_SESSION, EA, EA_OPTIONS, MCQA_OPTIONS, MCQA_TASKS
@@ -14,6 +14,13 @@ from apm.data.tasks import ADAPTIVE, CROSS_SESSION, EA, EA_OPTIONS, MCQA_OPTIONS
 
 @dataclass(frozen=True)
 class Str:
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Id:
+    """A string that names files in a run, so it obeys :func:`apm.data.ids.id_problem`."""
+
     optional: bool = False
 
 
@@ -54,7 +61,7 @@ class List:
     optional: bool = False
 
 
-Shape = Str | Bool | OneOf | Choices | Obj | List
+Shape = Str | Id | Bool | OneOf | Choices | Obj | List
 
 
 def _session_obj(window: bool = False, **fields: Any) -> Obj:
@@ -134,15 +141,17 @@ TASK_SHAPES: dict[str, dict[str, Shape]] = {
     },
 }
 
-CANDIDATE_IDS = {"trajectory_id": Str(), "candidate_id": Str()}
+CANDIDATE_IDS = {"trajectory_id": Str(), "candidate_id": Id()}
+"""A candidate's own id is an id; its ``trajectory_id`` is a reference, checked by lookup."""
 
 TRAJECTORY = Obj(
     {
-        "trajectory_id": Str(),
+        "trajectory_id": Id(),
         "source": Str(),
         "title": Str(),
         "sessions": List(
-            Obj({"day_id": Str(), "session_id": Str(), "start_time": Str(), "end_time": Str(), "video": Str()}),
+            # day_id: validate.day_problem, stricter than any id rule (DAY1 … DAY9999); video: a relative path
+            Obj({"day_id": Str(), "session_id": Id(), "start_time": Str(), "end_time": Str(), "video": Str()}),
             nonempty=True,
         ),
     }

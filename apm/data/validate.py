@@ -9,24 +9,37 @@ released no later than the probe that needs them).
 from __future__ import annotations
 
 import json
+from functools import cached_property
+from pathlib import PurePosixPath
 from typing import Any, Iterable
 
 from apm.data import clock
+from apm.data.ids import has_control, id_problem
 from apm.data.instances import EA_HISTORY_SESSIONS, probe_points
-from apm.data.jsonlines import Path_, format_path
+from apm.data.jsonlines import Path_, format_path, value_lines
 from apm.data.model import Candidate, Session, Trajectory
 from apm.data.problems import Problems
-from apm.data.shapes import CANDIDATE_IDS, TASK_SHAPES, Bool, Choices, List, Obj, OneOf, Shape, Str
+from apm.data.shapes import CANDIDATE_IDS, TASK_SHAPES, Bool, Choices, Id, List, Obj, OneOf, Shape, Str
 from apm.data.tasks import CROSS_SESSION, EA, EA_UNAVAILABLE_OPTION
 
-_TYPE_NAMES = {Str: "a string", Bool: "true or false", OneOf: "a string", Choices: "a list", Obj: "an object", List: "a list"}
+MAX_DAY = 9999
+"""The last day a trajectory may reach (27 years); beyond it a ``DAYn`` is a typo, and past 4,300 digits
+Python would not even turn it into a number."""
+
+_TYPE_NAMES = {Str: "a string", Id: "a string", Bool: "true or false", OneOf: "a string", Choices: "a list",
+               Obj: "an object", List: "a list"}
 
 
 class Located:
-    """One parsed JSON value with the line of each path inside it, reporting into ``problems``."""
+    """One parsed JSON value and its text (to find the line of any path in it), reporting into ``problems``."""
 
-    def __init__(self, file: str, value: Any, lines: dict[Path_, int], problems: Problems, base_line: int = 0):
-        self.file, self.value, self.lines, self.problems, self.base_line = file, value, lines, problems, base_line
+    def __init__(self, file: str, value: Any, text: str, problems: Problems, base_line: int = 0):
+        self.file, self.value, self.text, self.problems, self.base_line = file, value, text, problems, base_line
+
+    @cached_property
+    def lines(self) -> dict[Path_, int]:
+        """The line of every path, worked out only when a problem needs one (most values have none)."""
+        return value_lines(self.text) if "\n" in self.text.strip() else {}
 
     def line(self, path: Path_) -> int:
         while path not in self.lines and path:
@@ -39,8 +52,11 @@ class Located:
     def check(self, value: Any, shape: Shape, path: Path_) -> bool:
         """Check ``value`` against ``shape``; report and return False where it does not fit."""
         expected = _TYPE_NAMES[type(shape)]
-        if isinstance(shape, (Str, OneOf)) and not isinstance(value, str):
+        if isinstance(shape, (Str, Id, OneOf)) and not isinstance(value, str):
             return self._wrong(path, value, expected)
+        if isinstance(shape, Id) and (problem := id_problem(value)):
+            self.error(path, problem)
+            return False
         if isinstance(shape, Bool) and not isinstance(value, bool):
             return self._wrong(path, value, expected)
         if isinstance(shape, OneOf) and value not in shape.values:
@@ -87,7 +103,8 @@ class Located:
                 continue
             oid = choice["option_id"]
             if oid not in shape.options:
-                self.error(path + (i, "option_id"), f"{oid!r} is not an option id ({'-'.join(shape.options[::len(shape.options) - 1])})")
+                span = f"{shape.options[0]}-{shape.options[-1]}"
+                self.error(path + (i, "option_id"), f"{oid!r} is not an option id ({span})")
                 ok = False
             elif oid in seen:
                 self.error(path + (i, "option_id"), f"option {oid} appears twice")
@@ -98,6 +115,24 @@ class Located:
             self.error(path, f"missing option{'s' * (len(missing) > 1)} {', '.join(missing)}")
             ok = False
         return ok
+
+
+def day_problem(day_id: str) -> str | None:
+    """Why a session's ``day_id`` is not ``DAY1`` … ``DAY9999`` (None when it is); :mod:`clock` reads it after."""
+    digits = day_id[3:]
+    if not (day_id.startswith("DAY") and digits.isascii() and digits.isdigit() and digits[0] != "0"):
+        return f"not DAYn: {day_id!r}"
+    if len(digits) > len(str(MAX_DAY)) or int(digits) > MAX_DAY:
+        return f"day number above {MAX_DAY}: {day_id[:20]!r}"
+    return None
+
+
+def video_path_problem(video: str) -> str | None:
+    """Why ``video`` is not a relative path inside the release (None when it is)."""
+    path = PurePosixPath(video)
+    if not video or path.is_absolute() or ".." in path.parts or has_control(video):
+        return f"{video[:60]!r} is not a relative path inside the release (no '..', no control characters)"
+    return None
 
 
 def session_objects(value: Any, shape: Shape, path: Path_ = ()) -> Iterable[tuple[Path_, dict, Obj]]:
@@ -159,7 +194,8 @@ def check_candidate(loc: Located, task: str, traj: Trajectory) -> None:
     if "correct_option_id" in raw:
         options = [c["option_id"] for c in raw["choices"]]
         if raw["correct_option_id"] not in options:
-            loc.error(("correct_option_id",), f"{raw['correct_option_id']!r} is not among the choices {''.join(options)}")
+            wrong = f"{raw['correct_option_id']!r} is not among the choices {''.join(options)}"
+            loc.error(("correct_option_id",), wrong)
     check_causality(loc, Candidate(task, raw["trajectory_id"], raw["candidate_id"], raw), traj)
 
 
@@ -173,28 +209,34 @@ def check_causality(loc: Located, c: Candidate, traj: Trajectory) -> None:
         end = clock.absolute(moment["day_id"], moment["end_time"])
         for _, _, _, t, _ in positive:
             if end > t:
-                loc.error((evidence_field, i, "end_time"), f"evidence ends at {clock.label(end)}, after the probe at {clock.label(t)} (causality)")
+                late = f"evidence ends at {clock.label(end)}, after the probe at {clock.label(t)} (causality)"
+                loc.error((evidence_field, i, "end_time"), late)
                 break
         if c.task in CROSS_SESSION + ("MPA", "TPG", EA):
             ev_session = f"{moment['day_id']}/{moment['session_id']}"
             if c.task != EA and _index(traj, ev_session) >= _index(traj, positive[0][2]):
-                loc.error((evidence_field, i, "session_id"), f"cross-session evidence must come from an earlier session than {positive[0][2]}")
+                same = f"cross-session evidence must come from an earlier session than {positive[0][2]}"
+                loc.error((evidence_field, i, "session_id"), same)
     if "registration_event" in f:
         reg = f["registration_event"]
         reg_t = clock.absolute(reg["day_id"], reg["registration_time"])
         reg_session = f"{reg['day_id']}/{reg['session_id']}"
         for _, _, session, t, _ in probes:
             if reg_t > t:
-                loc.error(("registration_event", "registration_time"), f"registered at {clock.label(reg_t)}, after the probe at {clock.label(t)} (causality)")
+                late = f"registered at {clock.label(reg_t)}, after the probe at {clock.label(t)} (causality)"
+                loc.error(("registration_event", "registration_time"), late)
                 break
             if c.task == "RCR" and session != reg_session:
-                loc.error(("registration_event", "session_id"), f"an RCR registration must be in the probe's session {session}")
+                wrong = f"an RCR registration must be in the probe's session {session}"
+                loc.error(("registration_event", "session_id"), wrong)
                 break
             if c.task == "PRM" and _index(traj, reg_session) >= _index(traj, session):
-                loc.error(("registration_event", "session_id"), f"a PRM registration must be in a session before {session}")
+                wrong = f"a PRM registration must be in a session before {session}"
+                loc.error(("registration_event", "session_id"), wrong)
                 break
     if c.task == "ERA" and len({p[2] for p in probes}) > 1:
-        loc.error(("negative_heartbeats",), "ERA heartbeats must all be in the session whose start releases the question")
+        loc.error(("negative_heartbeats",), "ERA heartbeats must all be in the session whose start releases the "
+                                            "question")
     if c.task == EA:
         _check_ea(loc, c, traj)
 
@@ -206,13 +248,15 @@ def _index(traj: Trajectory, key: str) -> int:
 def _check_ea(loc: Located, c: Candidate, traj: Trajectory) -> None:
     f = c.fields
     if not f["evidence_available"] and f["correct_option_id"] != EA_UNAVAILABLE_OPTION:
-        loc.error(("correct_option_id",), f"evidence is unavailable, so the correct option must be {EA_UNAVAILABLE_OPTION}")
+        wrong = f"evidence is unavailable, so the correct option must be {EA_UNAVAILABLE_OPTION}"
+        loc.error(("correct_option_id",), wrong)
     query = f"{f['query']['day_id']}/{f['query']['session_id']}"
     q = _index(traj, query)
     accessible = {s.key for s in traj.sessions[max(0, q - EA_HISTORY_SESSIONS) : q]}
     within = all(f"{m['day_id']}/{m['session_id']}" in accessible for m in f["evidence_moments"])
     if f["evidence_moments"] and within != f["evidence_available"]:
-        loc.error(("evidence_available",), f"is {str(f['evidence_available']).lower()}, but the evidence is {'' if within else 'not '}within the {EA_HISTORY_SESSIONS} sessions before {query}")
+        where = f"{'' if within else 'not '}within the {EA_HISTORY_SESSIONS} sessions before {query}"
+        loc.error(("evidence_available",), f"is {str(f['evidence_available']).lower()}, but the evidence is {where}")
 
 
 def check_candidate_ids(loc: Located) -> bool:

@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+from apm.data.ids import session_path
 from apm.data.instances import Instance, Turn
 from apm.data.model import Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
@@ -47,11 +48,11 @@ class RawVideo(MemoryProtocol):
 
     async def end_session(self, view: SessionView, state_dir: Path, writer=None) -> dict:
         session = view.session
-        stem = f"{session.index:04d}_{session.day_id}_{session.session_id}"
-        _keep(session.video, state_dir / f"{stem}{session.video.suffix}")
+        _keep(session.video, session_path(state_dir, session, session.video.suffix))
         if view.interactions:
             turns = [{"kind": t.kind, "time": t.time, "text": t.text} for t in view.interactions]
-            write_atomically(state_dir / f"{stem}.turns.json", json.dumps(turns, ensure_ascii=False).encode())
+            turns_json = json.dumps(turns, ensure_ascii=False).encode()
+            write_atomically(session_path(state_dir, session, ".turns.json"), turns_json)
         if self.keep_sessions is not None:
             stems = sorted({p.name.split(".")[0] for p in state_dir.iterdir() if not p.name.endswith(".tmp")})
             for old in stems[: max(0, len(stems) - self.keep_sessions)]:
@@ -65,7 +66,7 @@ class RawVideo(MemoryProtocol):
             prior = prior[-self.keep_sessions :] if self.keep_sessions else []
         turns = []
         for s in prior:
-            log = state_dir / f"{s.index:04d}_{s.day_id}_{s.session_id}.turns.json"
+            log = session_path(state_dir, s, ".turns.json")
             if log.exists():
                 turns += [Turn(t["kind"], t["time"], t["text"]) for t in json.loads(log.read_text())]
         return History(spans=tuple(Span(s.key, s.start, s.end) for s in prior), turns=tuple(turns))

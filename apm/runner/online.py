@@ -29,6 +29,7 @@ from typing import Any
 
 from apm.backbones.base import GenerationSettings, Response
 from apm.data import clock
+from apm.data.ids import id_path
 from apm.data.instances import Instance, Turn, candidate_instances
 from apm.data.model import Release, Session, Trajectory
 from apm.memory.base import MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
@@ -293,7 +294,7 @@ class OnlineRun:
 
     async def _trajectory(self, traj: Trajectory, by_session, on_record: dict, memory_done: dict) -> None:
         s = self.setup
-        state_dir = s.run_dir / "memory_state" / traj.trajectory_id
+        state_dir = id_path(s.run_dir / "memory_state", traj.trajectory_id)
         recorded = recorded_lines(traj, memory_done)
         kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded])
         shown = NO_MEMORY
