@@ -213,3 +213,13 @@ def test_unusable_text_is_one_problem_line_not_a_crash(name, tmp_path, videos, c
     assert header == f"error: {root}: {len(lines)} problem{'s' * (len(lines) > 1)} in the release"
     assert any(expected in line for line in lines), lines
     assert all(len(line) < 400 for line in lines)  # a pasted 5,000-character value loses its middle
+
+
+@pytest.mark.parametrize("text", ["11:02:10\n", "١١:02:10", " 11:02:10"])
+def test_times_are_exactly_hh_mm_ss_in_ascii_digits(text: str) -> None:
+    from apm.data import clock
+
+    with pytest.raises(clock.ClockError):
+        clock.parse_hms(text)
+    with pytest.raises(clock.ClockError):
+        clock.parse_day("DAY1\n")

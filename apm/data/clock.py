@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 
 SECONDS_PER_DAY = 86_400
-_HMS = re.compile(r"^(\d{2}):(\d{2}):(\d{2})$")
-_DAY = re.compile(r"^DAY([1-9]\d*)$")
+_HMS = re.compile(r"([0-9]{2}):([0-9]{2}):([0-9]{2})")
+_DAY = re.compile(r"DAY([1-9][0-9]*)")
 
 
 class ClockError(ValueError):
@@ -20,7 +20,7 @@ class ClockError(ValueError):
 
 def parse_day(day_id: str) -> int:
     """``"DAY3"`` → 3."""
-    m = _DAY.match(day_id) if isinstance(day_id, str) else None
+    m = _DAY.fullmatch(day_id) if isinstance(day_id, str) else None
     if not m:
         raise ClockError(f"not DAYn: {day_id!r}")
     return int(m.group(1))
@@ -28,7 +28,7 @@ def parse_day(day_id: str) -> int:
 
 def parse_hms(text: str) -> int:
     """``"11:02:10"`` → seconds since midnight."""
-    m = _HMS.match(text) if isinstance(text, str) else None
+    m = _HMS.fullmatch(text) if isinstance(text, str) else None
     if not m:
         raise ClockError(f"not HH:MM:SS: {text!r}")
     h, mi, s = (int(g) for g in m.groups())
