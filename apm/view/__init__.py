@@ -1,0 +1,10 @@
+"""``apm-view``: a static, offline HTML page showing per instance what each method was shown and said.
+
+:mod:`collect` reads run dirs (records, judgements, scores via :mod:`apm.reduce`, prompt fields via
+:mod:`apm.data`) into plain JSON; :mod:`thumbs` cuts thumbnails from the frame cache; :mod:`site`
+writes the page (assets in ``assets/``); :mod:`cli` is the command. Contract: ``docs/view.md``.
+"""
+
+from apm.view.site import Site, build_site
+
+__all__ = ["Site", "build_site"]

@@ -1,0 +1,41 @@
+"""``apm-view RUN_DIR… --out SITE``: a static page of every instance, side by side across methods."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from apm.view.site import build_site
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="apm-view", description=__doc__)
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run dirs, or folders above them")
+    p.add_argument("--out", type=Path, required=True, help="site folder (replaced whole)")
+    p.add_argument("--judge", help="prefer judgements by this judge (as apm-reduce --judge)")
+    p.add_argument("--thumb-side", type=int, default=160, metavar="PX",
+                   help="longer side of each thumbnail in pixels (default 160)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Build the site; a missing run dir or a write failure is one line and exit 2."""
+    args = parser().parse_args(argv)
+    if args.thumb_side < 16:
+        parser().error("--thumb-side must be at least 16")
+    started = time.perf_counter()
+    try:
+        site = build_site(args.runs, args.out, args.judge, args.thumb_side)
+    except OSError as e:  # a run dir that is not there, or a site that cannot be written (disk full, …)
+        print(f"apm-view: {e.strerror or e}: {e.filename or args.out}", file=sys.stderr)
+        return 2
+    print(f"apm-view: {site.instances} instances x {site.methods} methods, {site.thumbnails} thumbnails "
+          f"({site.thumbnail_bytes / 1e6:.1f} MB) -> {site.index} ({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

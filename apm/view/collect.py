@@ -1,0 +1,292 @@
+"""What the page shows, gathered from run dirs as plain JSON values: each method with its scores, and
+per instance key the release's prompt fields and every method's record, frames and judgement.
+
+Lines are chosen exactly as ``apm-reduce`` chooses them (:func:`apm.reduce.load_runs`: newest write
+stamp per key, stale judgements dropped, ``--judge`` preferred); the viewer then shows those lines
+whole, so it never disagrees with the scores at the top of the page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from apm.data import clock
+from apm.data.instances import Instance, release_instances
+from apm.data.model import Release
+from apm.data.problems import ReleaseError
+from apm.data.release import load_release
+from apm.data.tasks import ADAPTIVE, EA, MCQA_TASKS, TASKS
+from apm.records.lines import Kind, Line, read_lines
+from apm.reduce import RunSet, load_runs, score_table
+from apm.reduce.names import method_label, method_rank, reference_tag
+from apm.reduce.scores import judge_names, method_info
+from apm.video.cache import VideoDecodeError
+from apm.view.thumbs import Thumbnails
+
+Pick = tuple[str, str]
+"""(config hash, instance key): one method's line of one instance."""
+Stamped = tuple[str, str, float | None]
+"""(config hash, key, write stamp): a line as the reducer tells lines apart."""
+
+SCORES: tuple[tuple[str, str, str], ...] = (
+    ("overall", "all", "Overall"),
+    ("capability_score", "cross_session", "Cross-session"),
+    ("capability_score", "perception", "Perception"),
+    ("capability_score", "adaptive", "Adaptive"),
+    *(("task_score", task, task) for task in TASKS),
+    ("ea_balanced", EA, "EA"),
+)
+"""The score columns at the top of the page: (metric, task, heading), as in ``scores.csv``."""
+
+RECORD_FIELDS = (
+    "output", "finish_reason", "parse_status", "parse_error", "decision", "answer", "correct", "gate_pass",
+    "error", "prompt_version", "prompt_sha256", "tokens", "truncation", "memory_bytes", "attempts",
+)
+JUDGEMENT_FIELDS = (
+    "judge", "judge_model", "rubric_version", "status", "score", "justification", "critical_issues",
+    "criterion_checks", "failure", "error",
+)
+THUMB_ERRORS = (VideoDecodeError, OSError, IndexError, KeyError, ValueError)
+"""What a frame without a thumbnail can fail with: no video, an undecodable one, a sample out of range."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run directory and its resolved ``config.json``."""
+
+    path: Path
+    config_hash: str
+    config: Mapping[str, Any]
+
+    @property
+    def dataset_root(self) -> Path:
+        return Path(self.config["dataset"]["root"])
+
+    @property
+    def frames(self) -> Mapping[str, Any]:
+        """The frame sampling settings the run's cache entries were built with."""
+        return self.config.get("frames") or {}
+
+
+def find_run_dirs(paths: Iterable[str | Path]) -> list[RunDir]:
+    """Run dirs (``config.json`` beside ``records/``) at or below ``paths``, each once, in path order;
+    a path that does not exist raises ``FileNotFoundError``."""
+    found: dict[Path, None] = {}
+    for root in map(Path, paths):
+        if not root.exists():
+            raise FileNotFoundError(2, "no such run directory", str(root))
+        configs = [root / "config.json"] if (root / "config.json").is_file() else sorted(root.rglob("config.json"))
+        for config in configs:
+            if (config.parent / "records").is_dir():
+                found.setdefault(config.parent.resolve(), None)
+    return [_run_dir(path) for path in found]
+
+
+def _run_dir(path: Path) -> RunDir:
+    saved = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    return RunDir(path, str(saved["config_hash"]), saved["config"])
+
+
+def _stamp(value: Any) -> float | None:
+    """A write stamp as the reducer compares it (float64), None when the line has none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
+def _lines(runs: Sequence[RunDir], kind: Kind) -> dict[Stamped, tuple[RunDir, Line]]:
+    """Every usable ``<kind>/*.jsonl`` line of the runs, with the run dir holding it; of lines that
+    the reducer cannot tell apart the one read later wins, as in the reducer."""
+    out: dict[Stamped, tuple[RunDir, Line]] = {}
+    for run in runs:
+        for path in sorted((run.path / kind).glob("*.jsonl")):
+            for line in read_lines(path, kind):
+                out[(str(line["run"]["config_hash"]), line["key"], _stamp(line.get("written_ns")))] = (run, line)
+    return out
+
+
+def chosen(table: pd.DataFrame, lines: Mapping[Stamped, tuple[RunDir, Line]]) -> dict[Pick, tuple[RunDir, Line]]:
+    """The whole line (and its run dir) behind each row the reducer kept in ``table``."""
+    rows = table.loc[:, ["config_hash", "key", "written_ns"]].itertuples(index=False)
+    picked = ((str(h), str(key), lines.get((str(h), str(key), _stamp(stamp)))) for h, key, stamp in rows)
+    return {(h, key): found for h, key, found in picked if found is not None}
+
+
+def _plain(value: Any) -> float | int | None:
+    """A pandas number as JSON: NaN and NA become None."""
+    return None if pd.isna(value) else value.item() if hasattr(value, "item") else value
+
+
+def method_scores(runs: RunSet) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per config hash, the page's score columns: ``metric/task`` → value (None: withheld), n, errors
+    and unjudged probes (point estimates of ``apm.reduce.score_table``; intervals are in ``apm-reduce``)."""
+    table = score_table(runs.records, runs.judgements, runs.memory, reps=0)
+    wanted = {(metric, task) for metric, task, _ in SCORES}
+    table = table[[(m, t) in wanted for m, t in zip(table["metric"], table["task"])]]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in table.itertuples(index=False):
+        out.setdefault(str(row.config_hash), {})[f"{row.metric}/{row.task}"] = {
+            "value": _plain(row.value), "n": _plain(row.n), "n_error": _plain(row.n_error),
+            "n_unjudged": _plain(row.n_unjudged),
+        }
+    return out
+
+
+def methods(runs: RunSet, dirs: Sequence[RunDir]) -> list[dict[str, Any]]:
+    """Every method (config hash) of the records, in the paper's row order, with label and scores."""
+    info = method_info(runs.records)
+    scores = method_scores(runs)
+    judges = judge_names(runs.judgements)
+    folders = {h: [str(d.path) for d in dirs if d.config_hash == h] for h in info.index}
+    out = [
+        {
+            "id": h,
+            "label": method_label(r.memory, r.backbone, r.memory_variant, r.backbone_variant,
+                                  reference_tag(r.memory_config, r.backbone_config)),
+            "dataset": r.dataset, "memory": r.memory, "backbone": r.backbone, "config_hash": h,
+            "judge": judges.get(h, ""), "run_dirs": folders[h], "scores": scores.get(h, {}),
+        }
+        for h, r in info.iterrows()
+    ]
+    rank = {h: method_rank(r.memory_config, r.backbone_config) for h, r in info.iterrows()}
+    return sorted(out, key=lambda m: (rank[m["id"]], m["label"], m["id"]))
+
+
+def score_columns(found: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The :data:`SCORES` columns that some method has."""
+    have = {name for m in found for name in m["scores"]}
+    return [{"id": f"{m}/{t}", "label": label} for m, t, label in SCORES if f"{m}/{t}" in have]
+
+
+def outcome(record: Line) -> str:
+    """``right``/``wrong``: the answer (MCQA, EA) or the gate (adaptive); an errored or unparsed
+    instance is wrong, as the scores count it."""
+    passed = record.get("gate_pass") if record.get("task") in ADAPTIVE else record.get("correct")
+    return "right" if passed is True else "wrong"
+
+
+def prompt_parts(instance: Instance) -> list[dict[str, Any]]:
+    """The turns the instance's request held, in order, as the release fields that fill the Appendix E
+    templates (records keep only the prompt's digest, not its text)."""
+    fields = instance.candidate.fields
+    options = [{"id": c["option_id"], "text": c["text"], "correct": c["option_id"] == instance.correct_option}
+               for c in fields.get("choices") or []]
+    names = {"question": "question (registered at session start)", "registration": "registration",
+             "interval_marker": "interval marker"}
+    parts = [{"time": clock.label(t.time), "label": names[t.kind], "text": t.text,
+              "options": options if t.kind == "question" else []} for t in instance.turns]
+    if instance.task in MCQA_TASKS or instance.task == EA:
+        probe = {"label": "question", "text": fields.get("question", ""), "options": options}
+    elif instance.window_start is not None:
+        window = f"[{clock.label(instance.window_start)}, {clock.label(instance.probe_time)})"
+        probe = {"label": "probe (interval template)", "text": f"window {window}", "options": []}
+    else:
+        probe = {"label": "probe (heartbeat template)", "text": "", "options": []}
+    return [*parts, {"time": instance.probe_label, **probe}]
+
+
+class Releases:
+    """The releases the runs were made on, loaded once per dataset root (without checking videos)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[Path, Release | str] = {}
+        self.instances: dict[str, Instance] = {}
+        """Every loaded release's instances by key, in release order."""
+
+    def get(self, root: Path) -> Release | str:
+        """The release at ``root``, or why it cannot be read."""
+        if root not in self._loaded:
+            try:
+                release = load_release(root, check_videos=False)
+            except (ReleaseError, OSError) as e:
+                self._loaded[root] = f"release at {root} unreadable: {str(e).splitlines()[0]}"
+            else:
+                self._loaded[root] = release
+                for instance in release_instances(release):
+                    self.instances.setdefault(instance.key, instance)
+        return self._loaded[root]
+
+    @property
+    def problems(self) -> list[str]:
+        return [v for v in self._loaded.values() if isinstance(v, str)]
+
+
+def frame_views(record: Line, run: RunDir, release: Release | str, thumbs: Thumbnails) -> list[dict[str, Any]]:
+    """The record's frames, each with its thumbnail's path (or why there is none)."""
+    out = []
+    for frame in record.get("frames") or []:
+        view: dict[str, Any] = {k: frame.get(k) for k in ("session", "offset", "wall_clock")}
+        try:
+            if isinstance(release, str):
+                raise OSError(release)
+            video = release.trajectory(record["trajectory_id"]).session(frame["session"]).video
+            view["src"] = thumbs.src(run.frames, video, float(frame["offset"]))
+        except THUMB_ERRORS as e:
+            view["problem"] = f"no thumbnail: {e}"
+        out.append(view)
+    return out
+
+
+def record_view(record: Line, judgement: Line | None, frames: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the page shows of one method's record of an instance."""
+    latency = record.get("latency") or {}
+    return {
+        **{k: record.get(k) for k in RECORD_FIELDS}, "outcome": outcome(record), "frames": frames,
+        "ttft_s": latency.get("ttft_s"), "total_s": latency.get("total_s"),
+        "judgement": None if judgement is None else {k: judgement.get(k) for k in JUDGEMENT_FIELDS},
+    }
+
+
+def differs(views: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the methods holding the instance disagree: on the answer, the decision or right/wrong."""
+    return len({(v["answer"], v["decision"], v["outcome"]) for v in views}) > 1
+
+
+def instance_row(key: str, records: Mapping[str, Line], views: dict[str, dict[str, Any]],
+                 instance: Instance | None) -> dict[str, Any]:
+    """One instance: where and when it is probed, its prompt fields, and each method's view."""
+    first = next(iter(records.values()))
+    return {
+        "key": key,
+        **{k: first.get(k) for k in ("task", "family", "polarity", "probe_id", "trajectory_id", "candidate_id",
+                                     "probe_time", "window_start", "correct_option", "evidence_available")},
+        "session": f"{first.get('day_id')}/{first.get('session_id')}",
+        "prompt": None if instance is None else prompt_parts(instance),
+        "annotation": None if instance is None else dict(instance.candidate.fields),
+        "by": views,
+        "differs": differs(views.values()),
+    }
+
+
+def collect(paths: Iterable[str | Path], thumbs: Thumbnails, judge: str | None = None) -> dict[str, Any]:
+    """The page's data: methods with scores, score columns, instances side by side, notes."""
+    paths = list(paths)
+    dirs = find_run_dirs(paths)
+    if not dirs:
+        raise FileNotFoundError(2, "no run dir (config.json beside records/) at or below", " ".join(map(str, paths)))
+    runs = load_runs([d.path for d in dirs], judge)
+    records = chosen(runs.records, _lines(dirs, "records"))
+    judgements = {pick: line for pick, (_, line) in chosen(runs.judgements, _lines(dirs, "judgements")).items()}
+    releases = Releases()
+    by_key: dict[str, dict[str, Line]] = {}
+    views: dict[str, dict[str, dict[str, Any]]] = {}
+    for (h, key), (run, record) in records.items():
+        by_key.setdefault(key, {})[h] = record
+        views.setdefault(key, {})[h] = record_view(
+            record, judgements.get((h, key)), frame_views(record, run, releases.get(run.dataset_root), thumbs))
+    order = {key: i for i, key in enumerate(releases.instances)}
+    keys = sorted(by_key, key=lambda k: (order.get(k, len(order)), k))
+    rows = [instance_row(k, by_key[k], views[k], releases.instances.get(k)) for k in keys]
+    found = methods(runs, dirs)
+    return {
+        "methods": found, "score_columns": score_columns(found), "instances": rows,
+        "notes": {"skipped_lines": [str(s) for s in runs.skipped], "releases": releases.problems,
+                  "judge": judge},
+    }

@@ -1,0 +1,261 @@
+"""apm-view: the static instance viewer built from real runs of the tiny release, checked in the data and
+in a real headless Chromium (file://, no network): filters, rows against the records, thumbnails decode.
+
+The browser tests skip when Chromium, chromedriver or selenium is missing, and fail instead under
+``APM_REQUIRE_BROWSER=1`` (as in CI).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+from runner_helpers import compose_run, records, run
+
+from apm.data.instances import release_instances
+from apm.data.release import load_release
+from apm.judge.cli import main as judge
+from apm.reduce import load_runs, score_table
+from apm.synth import generate
+from apm.view.cli import main as view
+
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+)
+METHODS = (("none", "random"), ("raw_video", "oracle"))
+"""Two methods that disagree often: SimpleStream with random answers, raw video with the oracle."""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two judged runs of the tiny release and the site built from their parent folder."""
+    tmp = tmp_path_factory.mktemp("view")
+    tiny = generate(tmp / "tiny", seed=3, scale="tiny")
+    dirs = []
+    for memory, backbone in METHODS:
+        cfg = compose_run(tiny, tmp / "runs", tmp / "cache",
+                          [f"memory={memory}", f"backbone={backbone}", "backbone.max_frames=8"])
+        dirs.append(run(cfg))
+        assert judge([str(dirs[-1]), "judge=gate_only"]) == 0
+    assert view([str(tmp / "runs"), "--out", str(tmp / "site")]) == 0
+    order = [i.key for i in release_instances(load_release(tiny, check_videos=False))]
+    by_method = {records(d)[0]["run"]["config_hash"]: {r["key"]: r for r in records(d)} for d in dirs}
+    return {"site": tmp / "site", "dirs": dirs, "order": order, "records": by_method}
+
+
+def page_data(site: Path) -> dict[str, Any]:
+    """The JSON of ``data.js``: methods, scores and every instance's filter entry."""
+    text = (site / "data.js").read_text(encoding="utf-8")
+    return json.loads(text.removeprefix("window.APM_VIEW = (").rstrip().removesuffix(");"))
+
+
+def page_instances(site: Path) -> list[dict[str, Any]]:
+    """The instances whole, in page order, from every ``chunks/<n>.js``."""
+    rows: list[dict[str, Any]] = []
+    for n in range(len(list((site / "chunks").glob("*.js")))):
+        text = (site / "chunks" / f"{n}.js").read_text(encoding="utf-8")
+        rows += json.loads(text.removeprefix(f"window.APM_VIEW_CHUNK({n}, ").rstrip().removesuffix(");")).values()
+    return rows
+
+
+def right(record: dict[str, Any]) -> bool:
+    """Right as the scores count it: the answer (MCQA, EA) or the gate (adaptive)."""
+    return (record["gate_pass"] if record["family"] == "adaptive" else record["correct"]) is True
+
+
+def differing_keys(by_method: dict[str, dict[str, dict[str, Any]]]) -> set[str]:
+    """Keys whose methods disagree on answer, decision or right/wrong."""
+    keys = set().union(*by_method.values())
+    seen = {k: {(m[k]["answer"], m[k]["decision"], right(m[k])) for m in by_method.values() if k in m} for k in keys}
+    return {k for k, outcomes in seen.items() if len(outcomes) > 1}
+
+
+def test_data_holds_every_record_with_its_judgement_and_frames(built: dict[str, Any]) -> None:
+    data, rows = page_data(built["site"]), page_instances(built["site"])
+    by_method = built["records"]
+    assert {m["id"] for m in data["methods"]} == set(by_method)
+    assert [i["key"] for i in data["instances"]] == [i["key"] for i in rows] == built["order"]
+    judged = {(j["run"]["config_hash"], j["key"]): j for d in built["dirs"] for p in (d / "judgements").glob("*.jsonl")
+              for j in map(json.loads, p.read_text().splitlines())}
+    for inst, entry in zip(rows, data["instances"]):
+        assert entry["outcomes"] == {h: v["outcome"] for h, v in inst["by"].items()}
+        for h, v in inst["by"].items():
+            record = by_method[h][inst["key"]]
+            assert (v["output"], v["answer"], v["decision"]) == (record["output"], record["answer"], record["decision"])
+            assert [(f["session"], f["offset"], f["wall_clock"]) for f in v["frames"]] == [
+                (f["session"], f["offset"], f["wall_clock"]) for f in record["frames"]]
+            assert all(f.get("src") for f in v["frames"]), v["frames"]
+            judgement = judged.get((h, inst["key"]))
+            assert (v["judgement"] or {}).get("justification") == (judgement or {}).get("justification")
+        assert inst["differs"] == (inst["key"] in differing_keys(by_method))
+        assert inst["prompt"][-1]["time"] == inst["probe_time"]
+    era = next(i for i in rows if i["task"] == "ERA")
+    assert era["prompt"][0]["label"].startswith("question") and len(era["prompt"][0]["options"]) == 4
+
+
+def test_scores_at_the_top_are_the_reducers(built: dict[str, Any]) -> None:
+    runs = load_runs(built["dirs"])
+    scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
+    data = page_data(built["site"])
+    for method in data["methods"]:
+        mine = scores[scores["config_hash"].astype(str) == method["id"]]
+        overall = mine[(mine["metric"] == "overall") & (mine["task"] == "all")]["value"].item()
+        assert method["scores"]["overall/all"]["value"] == pytest.approx(overall)
+        assert method["scores"]["task_score/ER"]["n"] == 6
+    assert [c["label"] for c in data["score_columns"]][:4] == ["Overall", "Cross-session", "Perception", "Adaptive"]
+
+
+def test_site_is_self_contained_and_thumbnails_are_small(built: dict[str, Any]) -> None:
+    site = built["site"]
+    for name in ("index.html", "app.js", "style.css", "data.js"):
+        text = (site / name).read_text(encoding="utf-8")
+        assert "http://" not in text and "https://" not in text and "fetch(" not in text, name
+    thumbs = sorted((site / "thumbs").glob("*.jpg"))
+    assert thumbs and sum(p.stat().st_size for p in thumbs) < 5_000_000
+    for path in thumbs[:50]:
+        with Image.open(path) as im:
+            assert max(im.size) <= 160
+    sources = {f["src"] for i in page_instances(site) for v in i["by"].values() for f in v["frames"]}
+    assert {p.relative_to(site).as_posix() for p in thumbs} == sources  # each distinct frame once
+
+
+def test_a_missing_run_dir_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert view([str(tmp_path / "nope"), "--out", str(tmp_path / "site")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nope" in err and not (tmp_path / "site").exists()
+
+
+def test_view_imports_only_the_layers_below_it() -> None:
+    """apm.view reads records, data, scores and the frame cache; it never imports the runner."""
+    allowed = ("apm.records", "apm.data", "apm.reduce", "apm.video.cache", "apm.view")
+    package = Path(importlib.util.find_spec("apm.view").origin).parent
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("apm"):
+                assert node.module.startswith(allowed), f"{path.name} imports {node.module}"
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("apm") and not a.name.startswith(allowed) for a in node.names)
+
+
+# --- in a real browser -------------------------------------------------------------------------------------------
+
+
+def browser_problem() -> str | None:
+    """Why no headless Chromium can be driven here, or None."""
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        return "no chromium/chromedriver on PATH (apt-get install -y chromium chromium-driver)"
+    if importlib.util.find_spec("selenium") is None:
+        return "selenium is not installed (pip install -e '.[dev]')"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Headless Chromium through chromedriver; a skip (a failure under ``APM_REQUIRE_BROWSER=1``) without one."""
+    problem = browser_problem()
+    if problem and os.environ.get("APM_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"APM_REQUIRE_BROWSER=1 but {problem}")
+    if problem:
+        pytest.skip(problem)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def settle(driver: Any) -> None:
+    """Wait until the page has placed the rows of its current filters (their chunks load async)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 10).until(lambda d: d.execute_script("return document.body.dataset.busy === '0'"))
+
+
+def open_page(driver: Any, site: Path) -> None:
+    """Load the site from file:// with no filter and wait until it has rendered."""
+    driver.get("about:blank")
+    driver.get((site / "index.html").as_uri())
+    settle(driver)
+
+
+def shown(driver: Any) -> list[Any]:
+    """The instance rows on screen, once the page has settled."""
+    settle(driver)
+    return driver.find_elements("css selector", "article.instance")
+
+
+def test_task_filter_shows_the_records_side_by_side(built: dict[str, Any], browser: Any) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    open_page(browser, built["site"])
+    by_method = built["records"]
+    Select(browser.find_element("id", "f-task")).select_by_value("ER")
+    expected = [k for k in built["order"] if next(iter(by_method.values())).get(k, {}).get("task") == "ER"]
+    rows = shown(browser)
+    assert [r.get_attribute("data-key") for r in rows] == expected and len(expected) == 6
+    for row in rows:
+        key = row.get_attribute("data-key")
+        for section in row.find_elements("css selector", "section.method"):
+            record = by_method[section.get_attribute("data-method")][key]
+            assert section.get_attribute("data-answer") == (record["answer"] or "")
+            assert section.get_attribute("data-outcome") == ("right" if right(record) else "wrong")
+            captions = [c.text for c in section.find_elements("css selector", ".frames figcaption")]
+            assert len(captions) == len(record["frames"]) > 0
+            assert all(f["wall_clock"] in c for f, c in zip(record["frames"], captions))
+            assert record["output"] in section.find_element("css selector", "pre.output").text
+    assert "#task=ER" in browser.current_url
+
+
+def test_every_shown_thumbnail_decodes(built: dict[str, Any], browser: Any) -> None:
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    open_page(browser, built["site"])
+    Select(browser.find_element("id", "f-task")).select_by_value("TR")
+    settle(browser)
+    images = browser.find_elements("css selector", "article.instance img")
+    assert len(images) >= 6 * 4
+    browser.execute_script("for (const img of arguments[0]) { img.loading = 'eager'; img.scrollIntoView(); }", images)
+    WebDriverWait(browser, 10).until(lambda d: d.execute_script("return arguments[0].every(i => i.complete)", images))
+    widths = browser.execute_script("return arguments[0].map(i => i.naturalWidth)", images)
+    assert all(w > 0 for w in widths), widths
+
+
+def test_differs_filter_and_paging(built: dict[str, Any], browser: Any) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    open_page(browser, built["site"])
+    first_page = [r.get_attribute("data-key") for r in shown(browser)]
+    assert first_page == built["order"][:25]
+    browser.find_element("id", "next").click()
+    assert [r.get_attribute("data-key") for r in shown(browser)] == built["order"][25:50]
+    browser.find_element("id", "f-differs").click()
+    differing = differing_keys(built["records"])
+    assert browser.find_element("id", "count").get_attribute("data-matching") == str(len(differing))
+    assert {r.get_attribute("data-key") for r in shown(browser)} <= differing and len(shown(browser)) == 25
+    random_id = next(iter(built["records"]))
+    Select(browser.find_element("id", "f-outcome")).select_by_value("wrong")
+    Select(browser.find_element("id", "f-of")).select_by_value(random_id)
+    wrong = {k for k in differing if not right(built["records"][random_id][k])}
+    assert browser.find_element("id", "count").get_attribute("data-matching") == str(len(wrong)) and wrong
+    assert all("differs" in r.find_element("css selector", ".head").text for r in shown(browser))
+    oracle_id = next(h for h in built["records"] if h != random_id)
+    browser.find_element("css selector", f"#score-table input[data-method='{oracle_id}']").click()
+    assert shown(browser)
+    sections = [s.get_attribute("data-method") for s in browser.find_elements("css selector", "#rows .method")]
+    assert set(sections) == {random_id} and f"hide={oracle_id}" in browser.current_url
