@@ -65,7 +65,7 @@
 
   function renderScores() {
     const cols = D.score_columns;
-    const head = el("tr", {}, el("th", {}, "shown"), el("th", {}, "Method"), el("th", {}, "config"),
+    const head = el("tr", {}, el("th", {}, "shown"), el("th", { className: "label" }, "Method"), el("th", {}, "config"),
       el("th", {}, "judge"), cols.map((c) => el("th", {}, c.label)));
     const rows = D.methods.map((m) => el("tr", { "data-method": m.id }, el("td", {}, showBox(m)),
       el("td", { className: "label", title: m.run_dirs.join("\n") }, m.label),
