@@ -1,12 +1,17 @@
-"""Mirror a run to Weights & Biases: one W&B run per job, every instance row, running summaries.
+"""The live mirror of a job on Weights & Biases: progress while ``apm-run`` works, never the only copy
+of anything (``apm-publish`` builds the W&B runs worth keeping from the records; docs/publish.md).
 
-Offline by default (``wandb sync`` later). Rows are logged as ``wandb.Table`` chunks of at most
-``chunk_rows`` rows (``instances/chunk_0000``, …) because one table is silently cut at 10,000 rows.
-Only the resolved config and record fields are sent; nothing from the environment.
+One W&B run per job *attempt* (``job_type=live``): a requeued or resumed shard opens a run of its own
+(``<config hash>-<shard>-<attempt>``), never an earlier attempt's id, so no attempt overwrites
+another on ``wandb sync``. The rows an attempt wrote are logged as ``wandb.Table`` chunks of at most
+``chunk_rows`` rows (``instances/chunk_0000``, … within that attempt; one table is silently cut at
+10,000 rows); rows buffered when a job is killed are on record but not mirrored. Offline by default
+(``wandb sync`` later). Only the resolved config and record fields are sent; nothing from the environment.
 """
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,11 @@ def record_row(rec: dict[str, Any]) -> list[Any]:
     return [flat.get(c) for c in ROW_COLUMNS]
 
 
+def attempt_id(run_id: str) -> str:
+    """A W&B run id of its own for this attempt of the job ``run_id``."""
+    return f"{run_id}-{secrets.token_hex(4)}"
+
+
 class WandbSink:
     """Buffers rows and logs them in chunks; ``close`` logs the rest and the closing summary."""
 
@@ -36,8 +46,8 @@ class WandbSink:
         self._chunks = 0
         self._counts = {"instances": 0, "errors": 0, "correct": 0, "mcqa": 0, "gate_pass": 0, "adaptive": 0}
         self.run = wandb.init(
-            mode=mode, project=project, entity=entity, name=name, group=group, config=config,
-            dir=str(run_dir), id=run_id, resume="allow" if run_id else None, reinit="finish_previous",
+            mode=mode, project=project, entity=entity, name=name, group=group, config=config, job_type="live",
+            tags=["live"], dir=str(run_dir), id=attempt_id(run_id) if run_id else None, reinit="finish_previous",
         )
 
     def __call__(self, rec: dict[str, Any]) -> None:

@@ -9,13 +9,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from apm.publish.source import default_group, run_dirs
+from apm.publish.wandb_runs import PublishOptions, publish
 from apm.records.atomic import staged_folder, write_json_atomically
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
 from apm.reduce.load import RunSet, load_runs
 from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
-from apm.reduce.scores import judge_note, score_table, unjudged_probes
+from apm.reduce.scores import judge_note, read_scores, score_table, unjudged_probes
 from apm.reduce.tables import write_tables
 from apm.reduce.wandb_log import log_summary
 
@@ -32,8 +34,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unjudged", action="store_true",
                    help="reduce although gate-passing adaptive probes have no judgement ('–' in those cells)")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
-    p.add_argument("--wandb", action="store_true", help="log tables and figures to a W&B summary run")
+    p.add_argument("--wandb", action="store_true",
+                   help="publish W&B runs as apm-publish does (one per method and stage) and the report's run")
     p.add_argument("--wandb-project", default="apm-bench")
+    p.add_argument("--wandb-entity")
+    p.add_argument("--wandb-group", help="the sweep (default: the output root's name)")
     p.add_argument("--wandb-mode", default=os.environ.get("WANDB_MODE", "offline"),
                    choices=["online", "offline", "disabled"], help="default: $WANDB_MODE, else offline")
     return p
@@ -51,8 +56,6 @@ def _report(args: argparse.Namespace, runs: RunSet | None, out: Path) -> list[st
         if args.compare:
             _compare(args, out)
         write_report_index(out, tables, figures)
-        if args.wandb:
-            log_summary(scores, tables, figures, args.wandb_project, args.wandb_mode, out)
         said.append(f"apm-reduce: {len(runs.records)} records, {scores.shape[0]} scores, "
                     f"{len(tables)} table files, {len(figures)} figures -> {args.out}")
     elif args.compare:
@@ -60,6 +63,21 @@ def _report(args: argparse.Namespace, runs: RunSet | None, out: Path) -> list[st
     if args.compare:
         said.append(f"apm-reduce: paired comparison -> {args.out / 'compare.csv'}")
     return said
+
+
+def _wandb(args: argparse.Namespace) -> list[str]:
+    """``--wandb``, once the report is in place: its run, then the runs ``apm-publish`` builds (the same
+    code); nothing (a warning) without wandb, nothing with ``--wandb-mode disabled``."""
+    out, group = args.out, args.wandb_group or default_group(run_dirs(args.runs)[0])
+    if not log_summary(read_scores(out / "scores.csv"), sorted((out / "tables").glob("*.csv")),
+                       sorted((out / "figures").glob("*.png")), args.wandb_project, args.wandb_mode, out, group,
+                       args.wandb_entity):
+        return []
+    published = publish(args.runs, PublishOptions(
+        project=args.wandb_project, entity=args.wandb_entity, group=args.wandb_group, mode=args.wandb_mode,
+        judge=args.judge, rubric=args.rubric, seed=args.seed, bootstrap=args.bootstrap,
+    ))
+    return [f"apm-reduce: W&B ({args.wandb_mode}): the report's run and {len(published)} method runs"]
 
 
 def _compare(args: argparse.Namespace, out: Path) -> None:
@@ -82,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         with staged_folder(args.out) as out:  # a kill or a full disk leaves the previous report, whole
             said = _report(args, runs, out)
+        if args.wandb and runs is not None:  # after the swap: offline W&B folders must stay where written
+            said += _wandb(args)
     except FileNotFoundError as e:
         print(f"apm-reduce: no such run directory: {e.filename or e}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""Optional: log scores, tables and figures to one W&B summary run (wandb imported lazily)."""
+"""Optional: log the sweep's report — scores, tables and figures — to one W&B run per group
+(wandb imported lazily), written as ``apm-publish`` writes: a deterministic id, replaced on re-logging."""
 
 from __future__ import annotations
 
@@ -9,13 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-MAX_ROWS = 10_000
-"""wandb.Table silently truncates past this many rows: longer tables are logged in chunks."""
+from apm.publish.wandb_runs import MAX_ROWS, RunSpec, chunks, parts, rows_of, run_id, write_run
 
-
-def chunks(df: pd.DataFrame, size: int = MAX_ROWS) -> list[pd.DataFrame]:
-    """``df`` cut into consecutive pieces of at most ``size`` rows (at least one piece)."""
-    return [df.iloc[i : i + size] for i in range(0, max(len(df), 1), size)]
+__all__ = ["MAX_ROWS", "chunks", "log_summary"]
 
 
 def log_summary(
@@ -25,22 +22,23 @@ def log_summary(
     project: str,
     mode: str = "offline",
     directory: Path | None = None,
+    group: str = "apm",
+    entity: str | None = None,
 ) -> bool:
-    """Log to one ``job_type=reduce`` run; False (with a warning) when wandb is absent, or disabled."""
+    """Log to the group's ``job_type=report`` run; False (with a warning) when wandb is absent, or disabled."""
     if mode == "disabled":
         return False
     try:
-        wandb = importlib.import_module("wandb")
+        importlib.import_module("wandb")
     except ImportError:
         warnings.warn("--wandb: wandb is not installed; nothing logged", stacklevel=2)
         return False
-    run = wandb.init(project=project, job_type="reduce", mode=mode, dir=str(directory) if directory else None)
-    for i, part in enumerate(chunks(scores)):
-        run.log({f"scores/part{i}": wandb.Table(columns=list(part.columns), data=part.values.tolist())})
+    logged = parts("scores", list(scores.columns), rows_of(scores))
     for path in (t for t in tables if t.suffix == ".csv"):
         table = pd.read_csv(path).astype(str)
-        run.log({f"tables/{path.stem}": wandb.Table(columns=list(table.columns), data=table.values.tolist())})
-    for path in (f for f in figures if f.suffix == ".png"):
-        run.log({f"figures/{path.stem}": wandb.Image(str(path))})
-    run.finish()
+        logged[f"tables/{path.stem}"] = (list(table.columns), table.values.tolist())
+    images = {f"figures/{path.stem}": path for path in figures if path.suffix == ".png"}
+    spec = RunSpec(run_id(group, "sweep", "report"), "report", group, "report", directory, tags=["report"],
+                   tables=logged, images=images)
+    write_run(spec, project, entity, mode)
     return True

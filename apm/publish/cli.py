@@ -1,0 +1,64 @@
+"""``apm-publish RUN_DIR…``: build W&B runs from the records — one per method and stage, replacing
+what an earlier publish wrote (docs/publish.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from apm.publish.wandb_runs import PublishOptions, publish
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="apm-publish", description=__doc__)
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run dirs, or folders above them")
+    p.add_argument("--project", default="apm-bench")
+    p.add_argument("--entity")
+    p.add_argument("--group", help="the sweep (default: each run dir's output root name)")
+    p.add_argument("--mode", default=os.environ.get("WANDB_MODE", "offline"), choices=["offline", "online"],
+                   help="default: $WANDB_MODE, else offline (then wandb sync)")
+    p.add_argument("--dir", type=Path, help="offline runs go to DIR/wandb (default: RUN_DIR/publish/wandb)")
+    p.add_argument("--judge", help="prefer judgements by this judge (as apm-reduce)")
+    p.add_argument("--rubric", help="prefer judgements with this rubric version")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="replicates; 0: no intervals")
+    p.add_argument("--all-frames", action="store_true", help="thumbnails for every instance, not only wrong or failed")
+    p.add_argument("--cache-dir", help="frame cache for thumbnails (default: the run's frames.cache_dir)")
+    return p
+
+
+def options(args: argparse.Namespace) -> PublishOptions:
+    return PublishOptions(
+        project=args.project, entity=args.entity, group=args.group, mode=args.mode, directory=args.dir,
+        judge=args.judge, rubric=args.rubric, seed=args.seed, bootstrap=args.bootstrap,
+        all_frames=args.all_frames, cache_dir=args.cache_dir,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Publish; no records, a missing run dir or wandb, or a config in two run dirs is one line, exit 2."""
+    args = parser().parse_args(argv)
+    try:
+        published = publish(args.runs, options(args))
+    except FileNotFoundError as e:
+        print(f"apm-publish: no such run directory: {e.filename or e}", file=sys.stderr)
+        return 2
+    except (ImportError, ValueError) as e:
+        print(f"apm-publish: {e}", file=sys.stderr)
+        return 2
+    if not published:
+        print(f"apm-publish: no records under {', '.join(map(str, args.runs))}", file=sys.stderr)
+        return 2
+    for p in published:
+        print(f"{p.job_type:>6}  {p.run_id}  {p.name}" + (f"  {p.folder}" if p.folder else ""))
+    methods = len({p.run_id.split("-")[0] for p in published})
+    print(f"apm-publish: {len(published)} W&B runs of {methods} methods ({args.mode})"
+          + ("; upload with: wandb sync <folder>…" if args.mode == "offline" else ""), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""Per-instance tables worth opening: one row per instance, keyed and sorted by its stable ``key`` so
+an instance lines up across methods, with what it asked (the question and options, or the probe's
+checkpoint text, from the release), what came back and what was right, the gate, the judge's score
+and justification, parse status and reason, latency, memory bytes and a strip of the frames shown."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from apm.data.model import Candidate, Release
+from apm.publish.source import NOTE_FIELDS, Method, stamp
+from apm.publish.thumbnails import Thumbnails
+
+COLUMNS = (
+    "key", "task", "family", "probe_id", "polarity", "session", "probe_time", "question", "options",
+    "checkpoint", "correct_option", "evidence_available", "answer", "decision", "correct", "gate_pass",
+    "judge_score", "judge_status", "justification", "parse_status", "parse_error", "error", "output",
+    "ttft_s", "total_s", "memory_bytes", "n_frames", "frames",
+)
+POINT_TEXT = ("proactive_response", "response_reason", "reason", "response_window_rationale",
+              "reference_proactive_response", "silence_reason")
+"""Fields of a heartbeat or window that say what the probe expects, in the order shown."""
+POSITIVE_TEXT = ("reference_proactive_response", "response_window_rationale", "trigger_match_reason")
+"""Candidate-level fields that say what a positive window expects (MPA, PRM)."""
+
+Candidates = Mapping[tuple[str, str], Candidate]
+
+
+def candidates_of(release: Release | None) -> dict[tuple[str, str], Candidate]:
+    """Every candidate of a release (EA included) by (trajectory id, candidate id)."""
+    return {} if release is None else {(c.trajectory_id, c.candidate_id): c for c in release.all_candidates}
+
+
+def plain(value: Any) -> Any:
+    """A table cell: pandas' missing values as None, numpy scalars as Python ones."""
+    if isinstance(value, list | dict | str):
+        return value
+    if value is None or pd.isna(value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def question(c: Candidate) -> str | None:
+    """The question asked (MCQA, EA, ERA), else the registered request (RCR, PRM)."""
+    registration = c.fields.get("registration_event") or {}
+    return c.fields.get("question") or registration.get("registration_text")
+
+
+def options(c: Candidate) -> str | None:
+    """The options, one per line: ``A. chopping vegetables``."""
+    return "\n".join(f"{o.get('option_id')}. {o.get('text')}" for o in c.fields.get("choices") or []) or None
+
+
+def _nth(items: Any, i: int) -> Mapping[str, Any] | None:
+    return items[i] if isinstance(items, list) and 0 <= i < len(items) else None
+
+
+def probe_point(c: Candidate, probe_id: str) -> Mapping[str, Any] | None:
+    """The heartbeat or window a probe id names (``pos``, ``neg<i>``, TPG ``pos<i>``; docs/records.md)."""
+    f, suffix = c.fields, probe_id[3:] or "0"
+    index = int(suffix) if suffix.isdigit() else -1
+    if probe_id.startswith("neg"):
+        return _nth(f.get("negative_heartbeats") or f.get("negative_or_silence_windows"), index)
+    if not probe_id.startswith("pos"):
+        return None
+    if "positive_heartbeat" in f:
+        return f["positive_heartbeat"]
+    return _nth(f.get("ideal_response_windows") or [f.get("ideal_response_window")], index)
+
+
+def checkpoint(c: Candidate, probe_id: str, polarity: str | None) -> str | None:
+    """What the annotation expects at an adaptive probe: its window, then the response or the reason
+    for silence; None for MCQA and EA."""
+    point = probe_point(c, probe_id)
+    if point is None:
+        return None
+    texts = [str(point[k]) for k in POINT_TEXT if point.get(k)]
+    if polarity == "positive":
+        texts += [str(c.fields[k]) for k in POSITIVE_TEXT if c.fields.get(k) and str(c.fields[k]) not in texts]
+    if point.get("start_time"):
+        texts.insert(0, f"window [{point['start_time']}, {point.get('end_time')})")
+    return " — ".join(texts) or None
+
+
+def wrong_or_failed(rec: Mapping[str, Any]) -> bool:
+    """An instance worth a look by default: wrong, failing the gate, errored or unparseable."""
+    return (plain(rec["correct"]) is False or plain(rec["gate_pass"]) is False
+            or plain(rec["error"]) is not None or plain(rec["parse_status"]) == "failed")
+
+
+def asked(c: Candidate | None, rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``question``, ``options`` and ``checkpoint`` cells of a record (None without its candidate)."""
+    if c is None:
+        return dict.fromkeys(("question", "options", "checkpoint"))
+    return {"question": question(c), "options": options(c),
+            "checkpoint": checkpoint(c, str(rec["probe_id"]), plain(rec["polarity"]))}
+
+
+def instance_rows(
+    m: Method, candidates: Candidates, thumbnails: Thumbnails | None, all_frames: bool = False
+) -> list[list[Any]]:
+    """The rows of :data:`COLUMNS`, sorted by key; a strip only for wrong or failed instances (every
+    instance with ``all_frames``) and only when the frames can be read."""
+    judged = {j["key"]: j for j in m.judgements.to_dict("records")}
+    rows = []
+    for rec in sorted(m.records.to_dict("records"), key=lambda r: r["key"]):
+        j = judged.get(rec["key"], {})
+        note = m.notes.get((m.config_hash, rec["key"], stamp(j.get("written_ns"))), {})
+        frames = plain(rec["frames"]) or []
+        wanted = thumbnails is not None and frames and (all_frames or wrong_or_failed(rec))
+        cells = {
+            **rec,
+            **asked(candidates.get((str(rec["trajectory_id"]), str(rec["candidate_id"]))), rec),
+            "session": f"{rec['day_id']}/{rec['session_id']}",
+            "judge_score": j.get("score"), "judge_status": j.get("status"), "justification": note.get("justification"),
+            "n_frames": len(frames),
+            "frames": thumbnails.strip(str(rec["trajectory_id"]), frames) if wanted else None,
+        }
+        rows.append([plain(cells[c]) for c in COLUMNS])
+    return rows
+
+
+JUDGEMENT_COLUMNS = ("key", "judge", "judge_model", "rubric_version", "status", "failure", "score", *NOTE_FIELDS)
+
+
+def judgement_rows(m: Method) -> list[list[Any]]:
+    """The selected judgement of each judged instance, sorted by key, with the judge's text (checks
+    and issues as JSON)."""
+    rows = []
+    for j in sorted(m.judgements.to_dict("records"), key=lambda j: j["key"]):
+        note = m.notes.get((m.config_hash, j["key"], stamp(j.get("written_ns"))), {})
+        cells = {**j, **{k: v if isinstance(v, str | None) else json.dumps(v) for k, v in note.items()}}
+        rows.append([plain(cells.get(c)) for c in JUDGEMENT_COLUMNS])
+    return rows

@@ -1,0 +1,108 @@
+"""What a publish reads: per method (config hash), its records, judgements and scores from the JSONL
+of its run directory (the source of truth), its ``config.json`` and the judges' text."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from apm.records.lines import read_lines
+from apm.reduce import load_runs, score_table
+
+JudgeNotes = dict[tuple[str, str, float | None], dict[str, Any]]
+"""The free text of judgement lines, by (config hash, key, write stamp)."""
+NOTE_FIELDS = ("justification", "criterion_checks", "critical_issues")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method's inputs: its latest records, the selected judgements, its rows of the score table."""
+
+    config_hash: str
+    run_dir: Path
+    run: dict[str, Any]
+    """The ``run`` block of its records: names, config choices and overrides, capabilities."""
+    records: pd.DataFrame
+    judgements: pd.DataFrame
+    scores: pd.DataFrame
+    saved: dict[str, Any]
+    """The run dir's ``config.json`` (``{}`` for a run dir the runner did not write)."""
+    notes: JudgeNotes
+
+
+def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Every folder holding ``records/*.jsonl`` at or below ``paths`` (a sweep root finds all its runs)."""
+    found: set[Path] = set()
+    for root in map(Path, paths):
+        if not root.exists():
+            raise FileNotFoundError(root)
+        found |= {f.parent.parent.resolve() for f in root.rglob("records/*.jsonl")}
+    return sorted(found)
+
+
+def default_group(run_dir: Path) -> str:
+    """The sweep a run dir belongs to: the output root's name (``<root>/<dataset>/<memory>/<run>``),
+    or for a run dir the runner did not write (no ``config.json``), the folder above it."""
+    run_dir = run_dir.resolve()
+    runner_layout = (run_dir / "config.json").is_file() and len(run_dir.parents) > 2
+    return (run_dir.parents[2] if runner_layout else run_dir.parent).name
+
+
+def saved_config(run_dir: Path) -> dict[str, Any]:
+    """The run dir's ``config.json``, or ``{}`` when it has none or it cannot be read."""
+    try:
+        saved = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def stamp(value: Any) -> float | None:
+    """A write stamp as the reducer's frames hold it (float64), None when absent."""
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def judge_notes(run_dir: Path) -> JudgeNotes:
+    """Justification, criterion checks and critical issues of every usable judgement line of a run dir;
+    of lines sharing a key and stamp, the one read last (the reducer's rule)."""
+    notes: JudgeNotes = {}
+    for path in sorted((run_dir / "judgements").glob("*.jsonl")):
+        for line in read_lines(path, "judgements"):
+            config_hash = str((line.get("run") or {}).get("config_hash"))
+            notes[(config_hash, line["key"], stamp(line.get("written_ns")))] = {f: line.get(f) for f in NOTE_FIELDS}
+    return notes
+
+
+def run_blocks(run_dir: Path, hashes: set[str]) -> dict[str, dict[str, Any]]:
+    """The ``run`` block of each method, from its first usable record line (usually the file's first)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((run_dir / "records").glob("*.jsonl")):
+        for line in read_lines(path, "records"):
+            found.setdefault(line["run"]["config_hash"], line["run"])
+            if hashes <= found.keys():
+                return found
+    return found
+
+
+def _of(df: pd.DataFrame, config_hash: str) -> pd.DataFrame:
+    return df[df["config_hash"].astype("str") == config_hash].reset_index(drop=True)
+
+
+def read_methods(run_dir: Path, judge: str | None, rubric: str | None, seed: int, reps: int) -> list[Method]:
+    """The methods of one run dir, read as ``apm-reduce`` reads them (latest line per key wins)."""
+    runs = load_runs([run_dir], judge, rubric, detail=True)
+    if runs.records.empty:
+        return []
+    scores = score_table(runs.records, runs.judgements, runs.memory, seed, reps)
+    hashes = set(runs.records["config_hash"].astype("str"))
+    blocks, saved, notes = run_blocks(run_dir, hashes), saved_config(run_dir), judge_notes(run_dir)
+    return [
+        Method(h, run_dir, blocks[h], _of(runs.records, h), _of(runs.judgements, h), _of(scores, h), saved, notes)
+        for h in sorted(hashes)
+    ]

@@ -1,0 +1,330 @@
+"""apm-publish: W&B runs built from the records of a real tiny sweep, read back from the offline runs.
+
+One run per method and stage (``reduce`` holds the paper's metrics: the runs table is Table 4),
+flat config keys for every sweep axis, per-instance tables with the question, the judge's verdict
+and frame thumbnails; re-publishing replaces, and a killed and resumed shard loses no row.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from runner_helpers import records
+
+from apm.data.release import load_release
+from apm.data.tasks import TASKS
+from apm.judge.cli import main as judge_main
+from apm.publish import PublishOptions, publish
+from apm.publish.cli import main as publish_main
+from apm.publish.instances import checkpoint, probe_point
+from apm.publish.thumbnails import GAP, HEIGHT, MAX_THUMBNAILS, spread
+from apm.publish.wandb_runs import parts, run_id
+from apm.reduce.cli import main as reduce_main
+from apm.synth import generate
+
+REPO = Path(__file__).resolve().parents[1]
+WANDB = Path(sys.executable).parent / "wandb"
+
+
+@dataclass(frozen=True)
+class Offline:
+    """An offline W&B run as ``wandb sync`` would upload it."""
+
+    folder: Path
+    run_id: str
+    group: str
+    job_type: str
+    tags: list[str]
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    tables: dict[str, list[dict[str, Any]]]
+    """Each logged table's rows (as dicts), read from its artifact's staged file."""
+    files: dict[str, Path]
+    """Every file the run's artifacts stage for upload: its path in the artifact → where it is staged."""
+
+
+def _leet(folder: Path, *flags: str) -> str:
+    out = subprocess.run([str(WANDB), "leet", "inspect", *flags, str(folder)], capture_output=True, text=True,
+                         env={**os.environ, "WANDB_SILENT": "true"})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def read_offline(folder: Path) -> Offline:
+    """Read an offline run back from its ``.wandb`` transaction log."""
+    log = [json.loads(line) for line in _leet(folder, "--json").splitlines() if line.strip()]
+    run = next(rec["run"] for rec in log if rec["type"] == "run")
+    merged = json.loads(_leet(folder, "--summary", "--json"))
+    entries = [e for rec in log if rec["type"] == "artifact" for e in rec["artifact"]["manifest"]["contents"]]
+    tables = {}
+    for e in (e for e in entries if e["path"].endswith(".table.json")):
+        table = json.loads(Path(e["local_path"]).read_text())
+        tables[e["path"].removesuffix(".table.json")] = [dict(zip(table["columns"], row)) for row in table["data"]]
+    return Offline(folder, run["run_id"], run.get("run_group", ""), run.get("job_type", ""), run.get("tags", []),
+                   merged["config"], merged["summary"], tables, {e["path"]: Path(e["local_path"]) for e in entries})
+
+
+def offline_folders(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("offline-run-*") if p.is_dir())
+
+
+def wandb_id(folder: Path) -> str:
+    (log,) = folder.glob("run-*.wandb")
+    return log.stem.removeprefix("run-")
+
+
+def apm_run(release: Path, out: Path, cache: Path, *extra: str) -> subprocess.Popen:
+    """``apm-run`` as a user starts it (so the records carry the config-group choices)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(
+        [sys.executable, "-m", "apm.runner.app", *[a for a in extra if a.startswith("-")], f"dataset.root={release}",
+         f"output_root={out}", f"frames.cache_dir={cache}", "logging.progress=false",
+         *[a for a in extra if not a.startswith("-")]],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+
+
+def finished(proc: subprocess.Popen) -> None:
+    assert proc.wait(timeout=300) == 0, proc.stdout.read().decode()
+
+
+@pytest.fixture(scope="module")
+def wandb_env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wandb")
+    with pytest.MonkeyPatch.context() as mp:
+        for var in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
+            mp.setenv(var, str(root / var.lower()))
+        mp.setenv("WANDB_SILENT", "true")
+        yield root
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> Path:
+    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=2, scale="tiny")
+
+
+@pytest.fixture(scope="module")
+def sweep(release, tmp_path_factory, wandb_env) -> Path:
+    """A real sweep: memory {none, raw_video} × backbone {random, oracle}, 4 frames, judged gate-only."""
+    work = tmp_path_factory.mktemp("sweep")
+    finished(apm_run(release, work / "runs", work / "cache", "-m", "logging.wandb.mode=disabled",
+                     "memory=none,raw_video", "backbone=random,oracle", "backbone.max_frames=4"))
+    assert judge_main([*map(str, run_dirs_of(work / "runs")), "judge=gate_only"]) == 0
+    return work / "runs"
+
+
+def run_dirs_of(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.rglob("config.json"))
+
+
+@pytest.fixture(scope="module")
+def published(sweep) -> dict[tuple[str, str, str], Offline]:
+    """The sweep published once, read back: (memory, backbone, stage) → run."""
+    runs = [read_offline(p.folder) for p in publish([sweep], PublishOptions(bootstrap=0))]
+    return {(r.config["memory"], r.config["backbone"], r.job_type): r for r in runs}
+
+
+def _nan(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+@pytest.mark.slow
+def test_one_reduce_run_per_method_with_flat_config_is_table_4(published, sweep, tmp_path):
+    methods = {(m, b) for m in ("none", "raw_video") for b in ("random", "oracle")}
+    assert set(published) == {(m, b, s) for m, b in methods for s in ("run", "judge", "reduce")}
+    hashes = {json.loads((d / "config.json").read_text())["config_hash"]: d for d in run_dirs_of(sweep)}
+    reduce = [r for (_, _, stage), r in published.items() if stage == "reduce"]
+    assert sorted(r.config["config_hash"] for r in reduce) == sorted(hashes)
+    for r in published.values():
+        c = r.config
+        assert r.group == "runs" and r.run_id == run_id("runs", c["config_hash"], r.job_type)
+        assert c["dataset"] == "synthetic" and c["backbone.max_frames"] == 4 and c["backbone_variant"] == "max_frames=4"
+        assert c["prompt_version"].startswith("e-") and c["rubric_version"].startswith("a3-")
+        assert c["judge_model"] == "apm.judge.reference.GateOnlyJudge" and c["run_dir"] == str(hashes[c["config_hash"]])
+        assert c["resolved"]["frames"]["fps"] == 1.0 and "shard" not in c["resolved"]
+        assert {f"memory={c['memory']}", f"backbone={c['backbone']}", "reference"} <= set(r.tags)
+
+    assert reduce_main([str(sweep), "--out", str(tmp_path / "report"), "--bootstrap", "0", "--no-figures"]) == 0
+    table4 = pd.read_csv(tmp_path / "report" / "tables" / "table4.csv", index_col="Method")
+    cells = {**{t: f"task_score/{t}" for t in TASKS}, "Overall": "overall/all", "EA": "ea_accuracy/EA",
+             "EU": "eu_accuracy/EA"}
+    for r in reduce:
+        row = table4.loc[r.config["method"]]
+        for column, key in cells.items():
+            assert _nan(r.summary.get(key)) == pytest.approx(row[column], nan_ok=True), (r.config["method"], key)
+        figure2 = ("ttft_s/all", "overall/all", "storage_bytes_per_hour/all")  # latency × Overall, sized by storage
+        assert all(isinstance(r.summary[k], int | float) for k in figure2)
+        assert r.summary["unjudged"] == 0 and len(r.tables["scores/part0"]) > 100
+
+
+@pytest.mark.slow
+def test_instance_tables_show_what_was_asked_answered_judged_and_seen(published, sweep, release):
+    run = published[("none", "random", "run")]
+    rows = run.tables["instances/part0"]
+    recs = records(Path(run.config["run_dir"]))
+    assert [r["key"] for r in rows] == sorted({r["key"] for r in recs}) and run.summary["instances"] == len(rows)
+    other = published[("raw_video", "oracle", "run")].tables["instances/part0"]
+    assert [r["key"] for r in other] == [r["key"] for r in rows]  # an instance lines up across methods
+
+    rel = load_release(release, check_videos=False)
+    candidate = {c.candidate_id: c for c in rel.all_candidates}
+    er = next(r for r in rows if r["task"] == "ER")
+    fields = candidate[er["key"].split("/")[1]].fields
+    assert er["question"] == fields["question"] and er["correct_option"] == fields["correct_option_id"]
+    assert er["options"].splitlines() == [f"{o['option_id']}. {o['text']}" for o in fields["choices"]]
+    rcr = next(r for r in rows if r["task"] == "RCR")
+    assert rcr["question"] == candidate[rcr["key"].split("/")[1]].fields["registration_event"]["registration_text"]
+    assert all(r["checkpoint"] for r in rows if r["family"] == "adaptive")
+    judged = [r for r in rows if r["gate_pass"]]
+    assert judged and all(r["judge_score"] == 5 and r["judge_status"] == "ok" and "gate" in r["justification"]
+                          for r in judged)
+    assert {r["parse_status"] for r in rows} == {"ok"} and all(r["ttft_s"] is not None for r in rows)
+
+    wrong = [r for r in rows if r["correct"] is False or r["gate_pass"] is False]
+    assert wrong and all(r["frames"] for r in wrong) and not any(r["frames"] for r in rows if r not in wrong)
+    strip = wrong[0]["frames"]
+    assert strip["height"] == HEIGHT and strip["caption"].count("·") == wrong[0]["n_frames"] - 1
+    assert all(run.files[r["frames"]["path"]].is_file() for r in wrong)  # the JPEGs travel with the run
+    assert run.summary["thumbnails"] == len(wrong)
+
+
+@pytest.mark.slow
+def test_all_frames_flag_and_thumbnail_bounds(sweep, tmp_path):
+    run_dir = next(d for d in run_dirs_of(sweep) if "random" in d.name and "simplestream" in str(d))
+    (p, *_) = publish([run_dir], PublishOptions(bootstrap=0, all_frames=True, directory=tmp_path))
+    rows = read_offline(p.folder).tables["instances/part0"]
+    assert all(r["frames"] for r in rows if r["n_frames"])
+    width = rows[0]["frames"]["width"]
+    assert (width + GAP) % rows[0]["n_frames"] == 0  # n thumbnails of one size side by side
+
+
+def test_tables_are_cut_strips_bounded_and_ids_stable():
+    assert spread(list(range(20))) == [0, 3, 5, 8, 11, 14, 16, 19] and len(spread(list(range(9)))) == MAX_THUMBNAILS
+    assert spread([1, 2]) == [1, 2]
+    cut = parts("instances", ("key",), [[i] for i in range(5)], size=2)
+    assert {k: len(rows) for k, (_, rows) in cut.items()} == {"instances/part0": 2, "instances/part1": 2,
+                                                              "instances/part2": 1}
+    assert list(parts("x", ("key",), [])) == ["x/part0"]
+    assert run_id("runs", "abc", "run") == run_id("runs", "abc", "run") != run_id("other", "abc", "run")
+    assert run_id("runs", "abc", "run") != run_id("runs", "abc", "reduce")
+
+
+def test_publish_imports_only_the_layers_below_it():
+    allowed = ("apm.records", "apm.data", "apm.reduce", "apm.video.cache", "apm.publish")
+    nodes = [n for p in (REPO / "apm" / "publish").glob("*.py") for n in ast.walk(ast.parse(p.read_text()))]
+    names = {n.module or "" for n in nodes if isinstance(n, ast.ImportFrom)}
+    names |= {a.name for n in nodes if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in names if m.startswith("apm") and not m.startswith(allowed)} == set()
+
+
+def test_probe_checkpoint_text_follows_the_probe_id(release):
+    rel = load_release(release, check_videos=False)
+    tpg = next(c for c in rel.candidates if c.task == "TPG")
+    window = tpg.fields["negative_or_silence_windows"][0]
+    assert probe_point(tpg, "neg0") == window and probe_point(tpg, "pos0") == tpg.fields["ideal_response_windows"][0]
+    assert checkpoint(tpg, "neg0", "negative") == (f"window [{window['start_time']}, {window['end_time']}) — "
+                                                   f"{window['silence_reason']}")
+    era = next(c for c in rel.candidates if c.task == "ERA")
+    assert era.fields["positive_heartbeat"]["response_reason"] in checkpoint(era, "pos", "positive")
+    assert probe_point(era, "query") is None and probe_point(era, "neg99") is None
+
+
+def _copy_run(sweep: Path, dest: Path) -> Path:
+    """One method's run dir copied into a sweep of its own (same layout)."""
+    src = next(d for d in run_dirs_of(sweep) if "random" in d.name and "simplestream" in str(d))
+    copy = dest / "runs" / src.relative_to(sweep)
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("publish"))
+    return copy
+
+
+@pytest.mark.slow
+def test_republishing_replaces_and_follows_the_records(sweep, tmp_path):
+    run_dir = _copy_run(sweep, tmp_path)
+    first = publish([run_dir], PublishOptions(bootstrap=0))
+    before = offline_folders(run_dir / "publish")
+    ids = sorted(map(wandb_id, before))
+    assert sorted(p.folder for p in first) == before and len(set(ids)) == 3
+    recs = records(run_dir)
+    changed = next(r for r in recs if r["task"] == "ER" and r["correct"] is False)
+    rerun = {**changed, "answer": changed["correct_option"], "correct": True, "written_ns": time.time_ns()}
+    (run_dir / "records" / "shard-0-of-1-rerun.jsonl").write_text(json.dumps(rerun) + "\n")
+
+    time.sleep(1.1)  # a new second: W&B names the fresh folders apart from the old ones
+    second = publish([run_dir], PublishOptions(bootstrap=0))
+    after = offline_folders(run_dir / "publish")
+    assert after == sorted(p.folder for p in second) and not set(after) & set(before)  # superseded, not added to
+    assert sorted(map(wandb_id, after)) == ids
+    run = read_offline(next(p.folder for p in second if p.job_type == "run"))
+    rows = run.tables["instances/part0"]
+    assert len(rows) == len({r["key"] for r in recs}) == len({r["key"] for r in rows})  # no row twice
+    (row,) = [r for r in rows if r["key"] == changed["key"]]
+    assert row["correct"] is True and row["answer"] == changed["correct_option"]
+
+
+@pytest.mark.slow
+def test_reduce_wandb_publishes_the_same_runs_and_a_report(sweep, tmp_path):
+    run_dir = _copy_run(sweep, tmp_path)
+    for _ in range(2):
+        assert reduce_main([str(run_dir), "--out", str(tmp_path / "report"), "--bootstrap", "0", "--no-figures",
+                            "--wandb"]) == 0
+    stages = sorted(read_offline(f).job_type for f in offline_folders(run_dir / "publish"))
+    assert stages == ["judge", "reduce", "run"]
+    (report,) = offline_folders(tmp_path / "report")
+    got = read_offline(report)
+    assert got.job_type == "report" and got.group == "runs" and "tables/table4" in got.tables
+
+
+@pytest.mark.slow
+def test_cli_one_line_errors(sweep, tmp_path, capsys):
+    assert publish_main([str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.strip() == f"apm-publish: no such run directory: {tmp_path / 'missing'}"
+    (tmp_path / "empty" / "records").mkdir(parents=True)
+    assert publish_main([str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err.strip() == f"apm-publish: no records under {tmp_path / 'empty'}"
+    run_dir = _copy_run(sweep, tmp_path)
+    twin = tmp_path / "twin"
+    shutil.copytree(run_dir, twin)
+    assert publish_main([str(run_dir), str(twin), "--bootstrap", "0"]) == 2
+    assert "is in two run dirs" in capsys.readouterr().err
+
+
+def _lines(root: Path) -> int:
+    return sum(p.read_bytes().count(b"\n") for p in root.rglob("records/*.jsonl"))
+
+
+@pytest.mark.slow
+def test_a_killed_and_resumed_shard_loses_no_row(release, tmp_path, wandb_env):
+    out, cache = tmp_path / "runs", tmp_path / "cache"
+    slow = ("memory=none", "backbone=random", "backbone._target_=slow_backbones.SlowRandom", "concurrency=2",
+            "logging.wandb.mode=offline", "logging.wandb.table_chunk_rows=10")
+    killed = apm_run(release, out, cache, *slow)
+    deadline = time.time() + 120
+    while killed.poll() is None and _lines(out) < 40:
+        assert time.time() < deadline
+        time.sleep(0.02)
+    assert killed.poll() is None, "the run ended before it could be killed"
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=60)
+    finished(apm_run(release, out, cache, *slow))
+    (run_dir,) = run_dirs_of(out)
+
+    live = offline_folders(run_dir / "wandb")
+    assert len(live) == 2 and len({wandb_id(f) for f in live}) == 2  # each attempt its own run: none overwritten
+    assert read_offline(live[-1]).job_type == "live"  # (the killed attempt's log may still be being flushed)
+    keys = {r["key"] for r in records(run_dir)}
+    (p, *_) = publish([run_dir], PublishOptions(bootstrap=0))
+    rows = read_offline(p.folder).tables["instances/part0"]
+    assert len(keys) == 144 and sorted(r["key"] for r in rows) == sorted(keys)
