@@ -13,7 +13,6 @@ from apm.prompts import probe_prompt, template
 from apm.prompts.render import summary_prompts, turn_text
 from release_builder import base_release, write_release
 
-SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec" / "apm-bench-paper.md"
 
 
 def _squash(text: str) -> str:
@@ -21,10 +20,8 @@ def _squash(text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def spec_text() -> str:
-    if not SPEC.exists():
-        pytest.skip(f"the paper's text is not beside this checkout ({SPEC})")
-    return _squash(SPEC.read_text(encoding="utf-8"))
+def spec_text(paper_excerpt: str) -> str:
+    return _squash(paper_excerpt)
 
 
 @pytest.mark.parametrize("name", [

@@ -151,7 +151,6 @@ def test_wandb_skips_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.slow
 def test_wandb_offline_run(reduced: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("wandb")
     for var in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
         monkeypatch.setenv(var, str(tmp_path / var.lower()))
     tables = sorted((reduced / "tables").glob("*.csv"))
