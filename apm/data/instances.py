@@ -31,6 +31,8 @@ class Turn:
     kind: TurnKind
     time: int
     text: str = ""
+    candidate_id: str = ""
+    """The candidate whose conversation the turn belongs to: only its own instances are shown it."""
 
 
 @dataclass(frozen=True)
@@ -99,13 +101,13 @@ def _turns(c: Candidate, session_start: int, window_start: int | None) -> tuple[
     f = c.fields
     turns: list[Turn] = []
     if c.task == "ERA":
-        turns.append(Turn("question", session_start, f["question"]))
+        turns.append(Turn("question", session_start, f["question"], c.candidate_id))
     if c.task in ("RCR", "PRM"):
         reg = f["registration_event"]
         _, t = _at(reg, "registration_time")
-        turns.append(Turn("registration", t, reg["registration_text"]))
+        turns.append(Turn("registration", t, reg["registration_text"], c.candidate_id))
     if window_start is not None:
-        turns.append(Turn("interval_marker", window_start))
+        turns.append(Turn("interval_marker", window_start, candidate_id=c.candidate_id))
     return tuple(turns)
 
 

@@ -1,7 +1,8 @@
 """Raw video as memory: prior-session videos are kept on disk and replayed at query time.
 
 What the user said during a session (registrations, ERA questions) is not in its video; it is kept
-beside it as ``<stem>.turns.json`` and replayed at its time within that session.
+beside it as ``<stem>.turns.json``, each turn with the candidate it belongs to, and an instance is
+shown only its own candidate's turns: every probe is an independent instance (Section 3.3).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class RawVideo(MemoryProtocol):
         session = view.session
         _keep(session.video, session_path(state_dir, session, session.video.suffix))
         if view.interactions:
-            turns = [{"kind": t.kind, "time": t.time, "text": t.text} for t in view.interactions]
+            turns = [{"kind": t.kind, "time": t.time, "text": t.text, "candidate_id": t.candidate_id}
+                     for t in view.interactions]
             turns_json = json.dumps(turns, ensure_ascii=False).encode()
             write_atomically(session_path(state_dir, session, ".turns.json"), turns_json)
         if self.keep_sessions is not None:
@@ -68,5 +70,6 @@ class RawVideo(MemoryProtocol):
         for s in prior:
             log = session_path(state_dir, s, ".turns.json")
             if log.exists():
-                turns += [Turn(t["kind"], t["time"], t["text"]) for t in json.loads(log.read_text())]
+                turns += [Turn(t["kind"], t["time"], t["text"], t["candidate_id"])
+                          for t in json.loads(log.read_text()) if t.get("candidate_id") == instance.candidate_id]
         return History(spans=tuple(Span(s.key, s.start, s.end) for s in prior), turns=tuple(turns))

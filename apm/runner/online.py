@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -83,18 +83,19 @@ NO_MEMORY: dict[str, Any] = {"bytes": 0, "state_sha256": manifest_sha256({})}
 
 
 def session_interactions(release: Release, trajectory: Trajectory, session: Session) -> tuple[Turn, ...]:
-    """User turns during ``session``: ERA questions and registrations, once each, in time order."""
+    """User turns during ``session``: ERA questions and registrations, once per candidate, in time
+    order, each with the candidate it belongs to (a memory shows an instance only its own)."""
     turns: set[Turn] = set()
     for c in release.candidates:
         if c.trajectory_id != trajectory.trajectory_id:
             continue
         for inst in candidate_instances(c, trajectory):
             turns.update(
-                Turn(t.kind, t.time, turn_text(t, inst))
+                replace(t, text=turn_text(t, inst))
                 for t in inst.turns
                 if t.kind != "interval_marker" and session.start <= t.time <= session.end
             )
-    return tuple(sorted(turns, key=lambda t: (t.time, t.kind, t.text)))
+    return tuple(sorted(turns, key=lambda t: (t.time, t.kind, t.text, t.candidate_id)))
 
 
 def session_frames(cache: FrameCache, session: Session, limit: int) -> tuple[Frame, ...]:
