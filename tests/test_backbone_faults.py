@@ -156,3 +156,30 @@ def test_missing_api_key_fails_fast(monkeypatch: pytest.MonkeyPatch):
     b = OpenAIBackbone(model="fake", base_url="http://127.0.0.1:9/v1", api_key_env="APM_TEST_API_KEY")
     with pytest.raises(RuntimeError, match="APM_TEST_API_KEY is not set"):
         asyncio.run(b.start())
+
+
+@pytest.mark.parametrize("fault,kind", [("400", "bad_request"), ("500", "server"), ("429", "rate_limit"),
+                                        ("trickle", "timeout"), ("malformed", "stream")])
+def test_a_failure_says_its_kind(fault, kind):
+    [r], _ = run([fault] * 2, max_attempts=2, attempt_timeout_s=0.3)
+    assert not r.ok and r.error_kind == kind
+
+
+def test_an_unknown_model_a_refused_key_and_no_server_have_their_kinds():
+    [r], _ = run([], server=dict(models=("served",)))
+    assert (r.error_kind, r.attempts) == ("not_found", 1) and "does not exist" in r.error
+    [r], _ = run([], server=dict(api_key="k"))
+    assert (r.error_kind, r.attempts) == ("auth", 1)
+
+    async def nothing_there() -> Response:
+        srv = await FakeServer().start()
+        await srv.stop()
+        async with OpenAIBackbone(model="fake", base_url=srv.base_url, max_attempts=2, **FAST) as b:
+            return await b.generate(REQUEST)
+
+    assert asyncio.run(nothing_there()).error_kind == "connection"
+
+
+def test_cached_prompt_tokens_are_reported():
+    [r], _ = run([], server=dict(cached_tokens=12))
+    assert r.ok and r.cached_tokens == 12

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import time
 from collections import Counter, deque
@@ -20,7 +21,7 @@ FAULTS = ("ok", "429", "500", "400", "malformed", "drop", "hang", "trickle")
 """``drop`` closes the connection mid-answer; ``hang`` never answers; ``trickle`` sends keep-alive
 comments forever, so a read timeout never fires and only a deadline cuts it."""
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
             500: "Internal Server Error", 503: "Service Unavailable"}
 
 
@@ -40,6 +41,16 @@ class FakeServer:
     port: int = 0
     keep_requests: bool = False
     """Keep each chat request's headers and body in ``requests`` (tests; off for benchmarks)."""
+    models: tuple[str, ...] | None = None
+    """Served model names, as vLLM's ``--served-model-name``: another name gets vLLM's 404 (None: any)."""
+    api_key: str | None = None
+    """The key every request must carry as ``Authorization: Bearer …`` (401 otherwise); None: no key."""
+    max_videos: int | None = None
+    """vLLM's ``limit_mm_per_prompt`` for videos: more ``video_url`` parts get vLLM's 400."""
+    max_model_len: int | None = None
+    """A prompt of more tokens (:func:`prompt_tokens`) plus ``max_tokens`` gets vLLM's 400."""
+    cached_tokens: int | None = None
+    """Reported as ``usage.prompt_tokens_details.cached_tokens`` (vLLM's ``--enable-prompt-tokens-details``)."""
     counts: Counter[str] = field(default_factory=Counter)
     arrivals: list[float] = field(default_factory=list)
     requests: list[tuple[dict[str, str], dict]] = field(default_factory=list)
@@ -104,8 +115,12 @@ class FakeServer:
         if method == "GET" and path == "/health":
             ready = time.monotonic() - self._started >= self.ready_after_s
             await _send(writer, 200 if ready else 503, b"")
+        elif not self._authorised(headers):
+            self.counts["401"] += 1
+            await _send(writer, 401, _error("Unauthorized", 401))
         elif method == "GET" and path.endswith("/models"):
-            await _send(writer, 200, json.dumps({"data": [{"id": "fake"}]}).encode())
+            served = [{"id": m, "object": "model"} for m in self.models or ("fake",)]
+            await _send(writer, 200, json.dumps({"object": "list", "data": served}).encode())
         elif method == "POST" and path.endswith("/chat/completions"):
             self.inflight += 1
             self.max_inflight = max(self.max_inflight, self.inflight)
@@ -117,13 +132,35 @@ class FakeServer:
             await _send(writer, 404, b"")
         return True
 
+    def _authorised(self, headers: dict[str, str]) -> bool:
+        return self.api_key is None or headers.get("authorization") == f"Bearer {self.api_key}"
+
+    def _refusal(self, body: dict) -> tuple[int, bytes] | None:
+        """vLLM's answer to a request it would not serve: an unknown model, too many videos, too long."""
+        if self.models is not None and body.get("model") not in self.models:
+            return 404, _error(f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError")
+        videos = sum(p.get("type") == "video_url" for p in _parts(body))
+        if self.max_videos is not None and videos > self.max_videos:
+            return 400, _error(f"At most {self.max_videos} video(s) may be provided in one prompt.", 400)
+        length = prompt_tokens(body)
+        if self.max_model_len is not None and length + int(body.get("max_tokens") or 0) > self.max_model_len:
+            return 400, _error(f"The decoder prompt (length {length}) is longer than the maximum model length of "
+                               f"{self.max_model_len}. Make sure that `max_model_len` is no smaller than the number "
+                               "of text tokens plus multimodal tokens.", 400)
+        return None
+
     async def _chat(self, headers: dict[str, str], body: dict, writer: asyncio.StreamWriter) -> bool:
-        fault = self.faults.popleft() if self.faults else "ok"
         self.counts["requests"] += 1
-        self.counts[fault] += 1
         self.arrivals.append(time.monotonic())
         if self.keep_requests:
             self.requests.append((headers, body))
+        refusal = self._refusal(body)
+        if refusal is not None:
+            self.counts[str(refusal[0])] += 1
+            await _send(writer, *refusal)
+            return True
+        fault = self.faults.popleft() if self.faults else "ok"
+        self.counts[fault] += 1
         if fault in ("429", "500", "400"):
             extra = {"Retry-After": f"{self.retry_after_s:g}"} if fault == "429" and self.retry_after_s else {}
             await _send(writer, int(fault), json.dumps({"error": {"message": f"fake {fault}"}}).encode(), extra)
@@ -148,13 +185,40 @@ class FakeServer:
                 await writer.drain()
                 writer.transport.abort()
                 return False
-        usage = {"prompt_tokens": len(json.dumps(body)) // 4, "completion_tokens": len(pieces)}
+        usage = {"prompt_tokens": prompt_tokens(body), "completion_tokens": len(pieces)}
+        if self.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         _event(writer, json.dumps({**served, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
         _event(writer, json.dumps({"choices": [], "usage": usage}))
         _event(writer, "[DONE]")
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True
+
+
+TOKENS_PER_FRAME = 64
+"""The fake engine's token count of one frame (an ``image_url``, or one JPEG of a ``video_url`` list)."""
+
+
+def _parts(body: dict) -> list[dict]:
+    """Every content part of every message (a plain-string content is one text part)."""
+    out = []
+    for m in body.get("messages") or ():
+        content = m.get("content")
+        out += [{"type": "text", "text": content}] if isinstance(content, str) else list(content or ())
+    return out
+
+
+def prompt_tokens(body: dict) -> int:
+    """The fake engine's prompt length: 4 characters of text per token plus ``TOKENS_PER_FRAME`` per frame."""
+    chars = sum(len(p.get("text", "")) for p in _parts(body) if p.get("type") == "text")
+    frames = sum(1 for p in _parts(body) if p.get("type") == "image_url")
+    frames += sum(p["video_url"]["url"].count(",") for p in _parts(body) if p.get("type") == "video_url")
+    return chars // 4 + TOKENS_PER_FRAME * frames
+
+
+def _error(message: str, code: int, kind: str = "BadRequestError") -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
 
 
 def _split(text: str, n: int) -> list[str]:
@@ -181,7 +245,9 @@ async def _send(writer: asyncio.StreamWriter, status: int, body: bytes, headers:
 
 async def _serve(args: argparse.Namespace) -> None:
     server = FakeServer(reply=args.reply, latency_s=args.latency, chunks=args.chunks,
-                        ready_after_s=args.ready_after, host=args.host, port=args.port)
+                        ready_after_s=args.ready_after, host=args.host, port=args.port,
+                        models=tuple(args.models.split(",")) if args.models else None,
+                        api_key=os.environ.get(args.api_key_env) if args.api_key_env else None)
     await server.start()
     print(f"PORT {server.port}", flush=True)
     stop = asyncio.Event()
@@ -205,6 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reply", default='{"answer":"A"}')
     p.add_argument("--ready-after", type=float, default=0.0)
     p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--models", default=None, help="comma-separated served model names (default: any name)")
+    p.add_argument("--api-key-env", default=None, help="variable holding the key every request must carry")
     args, _ = p.parse_known_args(argv)
     asyncio.run(_serve(args))
 

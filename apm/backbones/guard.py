@@ -28,9 +28,8 @@ class ContextGuard:
 
     def estimate(self, request: Request) -> int:
         """Estimated prompt tokens plus the answer budget."""
-        chars = sum(len(p.text) for m in request.messages for p in m.parts if isinstance(p, TextPart))
         return (
-            math.ceil(chars / self.chars_per_token)
+            math.ceil(text_chars(request) / self.chars_per_token)
             + self.tokens_per_frame * len(request.frames)
             + request.settings.max_tokens
         )
@@ -43,6 +42,26 @@ class ContextGuard:
             spare = self.max_context_tokens - (self.estimate(request) - self.tokens_per_frame * n)
             budget = min(budget, spare // self.tokens_per_frame if spare >= 0 else -1)
         return budget
+
+    def selection_budget(self, request: Request) -> int | None:
+        """Frames to choose for ``request``'s text when fewer than it has fit (``uniform`` policy only:
+        choosing that many over the whole span is the same even sampling, done before the cut); None
+        when all fit or the policy cuts at send time."""
+        fit = self.frame_budget(request)
+        return fit if self.policy == "uniform" and 0 <= fit < len(request.frames) else None
+
+    def budget_truncation(self, chosen: Request, fitted: Request) -> Truncation:
+        """What choosing ``fitted``'s frames for the context its text leaves, instead of ``chosen``'s, left out."""
+        kept = {(f.session, f.offset) for f in fitted.frames}
+        return Truncation(
+            reason="max_context_tokens",
+            policy=self.policy,
+            frames_before=len(chosen.frames),
+            frames_after=len(fitted.frames),
+            est_tokens_before=self.estimate(chosen),
+            est_tokens_after=self.estimate(fitted),
+            dropped_wall_clock=tuple(f.wall_clock for f in chosen.frames if (f.session, f.offset) not in kept),
+        )
 
     def apply(self, request: Request) -> tuple[Request, Truncation | None]:
         """The request cut to fit, and what was cut (None when nothing was)."""
@@ -73,6 +92,11 @@ class ContextGuard:
             return frozenset({n - 1})
         # Even spacing anchored on the last frame (the one nearest the probe); step >= 1, so distinct.
         return frozenset(n - 1 - math.floor(i * (n - 1) / (k - 1) + 0.5) for i in range(k))
+
+
+def text_chars(request: Request) -> int:
+    """Characters of every text part of the request."""
+    return sum(len(p.text) for m in request.messages for p in m.parts if isinstance(p, TextPart))
 
 
 def _filter_frames(messages: tuple[Message, ...], keep: frozenset[int]) -> tuple[Message, ...]:
