@@ -47,16 +47,17 @@ def frames_request(n: int, text: str = "What now?", max_tokens: int = 64) -> Req
     )
 
 
-def test_images_mode_sends_the_cached_jpeg_bytes_with_wall_clock_labels():
+def test_images_mode_sends_the_cached_jpeg_bytes_and_the_text_as_it_is():
     req = frames_request(3)
     body = OpenAIBackbone(model="m", base_url="http://h/v1").payload(req)
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
     content = body["messages"][1]["content"]
-    assert content[0] == {"type": "text", "text": "[DAY1 10:00:03]"}  # the turn's time
+    assert [p["type"] for p in content] == ["image_url"] * 3 + ["text"]  # nothing added: no labels
     images = [p["image_url"]["url"] for p in content if p["type"] == "image_url"]
     assert [base64.b64decode(u.split(",", 1)[1]) for u in images] == [f.jpeg for f in req.frames]
-    assert content[1] == {"type": "text", "text": "[DAY1 10:00:00]"} and content[-1]["text"] == "What now?"
+    assert content[-1] == {"type": "text", "text": "What now?"}
     assert body["response_format"] == {"type": "json_object"} and body["stop"] == ["}"] and body["stream"]
+    assert "media_io_kwargs" not in body
 
 
 def test_a_json_schema_is_sent_as_guided_json_only_where_the_engine_takes_it():
@@ -68,15 +69,17 @@ def test_a_json_schema_is_sent_as_guided_json_only_where_the_engine_takes_it():
     assert OpenAIBackbone(model="m", base_url="http://h/v1").payload(req)["response_format"] == {"type": "json_object"}
 
 
-def test_video_mode_sends_one_jpeg_list_per_run_of_frames():
-    req = frames_request(4)
-    b = OpenAIBackbone(model="m", base_url="http://h/v1", frame_mode="video", turn_time_labels=False)
-    content = b.payload(req)["messages"][1]["content"]
-    assert [p["type"] for p in content] == ["text", "video_url", "text"]
-    assert content[0]["text"] == "[4 frames, DAY1 10:00:00 to DAY1 10:00:03]"
-    prefix, data = content[1]["video_url"]["url"].split(",", 1)
+def test_video_mode_sends_one_jpeg_list_with_its_timing_and_count():
+    req = frames_request(40)
+    body = OpenAIBackbone(model="m", base_url="http://h/v1", frame_mode="video").payload(req)
+    content = body["messages"][1]["content"]
+    assert [p["type"] for p in content] == ["video_url", "text"]
+    prefix, data = content[0]["video_url"]["url"].split(",", 1)
     assert prefix == "data:video/jpeg;base64"
     assert [base64.b64decode(x) for x in data.split(",")] == [f.jpeg for f in req.frames]
+    video = body["media_io_kwargs"]["video"]  # vLLM would keep only 32 of the 40 without num_frames
+    assert video == {"fps": 1.0, "frames_indices": list(range(40)), "total_num_frames": 40, "duration": 40.0,
+                     "num_frames": 40}
 
 
 def test_guard_keeps_an_even_subsample_ending_at_the_latest_frame():

@@ -31,14 +31,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(vllm_python: str, tiny_model: Path, loop: asyncio.Runner, tmp_path_factory):  # noqa: F811
-    """The YAML-configured vllm_server backbone, launched once; frames go unlabelled, as to hf."""
+    """The YAML-configured vllm_server backbone, launched once."""
     backbone = instantiate_backbone(
         OmegaConf.load(CONF / "tiny_qwen2vl_vllm.yaml"),
         model=str(tiny_model),
         python=vllm_python,
         log_dir=str(tmp_path_factory.mktemp("vllm-logs")),
-        frame_labels=False,
-        turn_time_labels=False,
     )
     began = time.perf_counter()
     loop.run(backbone.start())

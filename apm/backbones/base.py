@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from itertools import groupby
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from apm.data.instances import Instance
@@ -34,6 +38,9 @@ class FramePart:
 
 
 Part = TextPart | FramePart
+Segment = TextPart | tuple[Frame, ...]
+"""What an engine encodes, in order: a text part, or a run of consecutive frames (one video, or one
+image per frame)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,51 @@ class Message:
     @property
     def frames(self) -> tuple[Frame, ...]:
         return tuple(p.frame for p in self.parts if isinstance(p, FramePart))
+
+    def segments(self) -> list[Segment]:
+        """The parts as every engine encodes them: each text part, and each run of frames as one segment."""
+        out: list[Segment] = []
+        for is_frame, run in groupby(self.parts, key=lambda p: isinstance(p, FramePart)):
+            if is_frame:
+                out.append(tuple(p.frame for p in run))  # type: ignore[union-attr]
+            else:
+                out.extend(run)  # type: ignore[arg-type]
+        return out
+
+
+@dataclass(frozen=True)
+class VideoTiming:
+    """When the frames of a video segment were recorded, as engines take it: frame ``i`` of the
+    segment is ``frames_indices[i] / fps`` seconds after its earliest session's start (video offset 0),
+    so a segment over several sessions keeps the real gaps between them."""
+
+    fps: float
+    frames_indices: tuple[int, ...]
+
+    @property
+    def total_num_frames(self) -> int:
+        return self.frames_indices[-1] + 1
+
+    def metadata(self) -> dict[str, Any]:
+        """The video metadata transformers' processors and vLLM's multi-modal inputs read timestamps from."""
+        n = self.total_num_frames
+        return {"fps": self.fps, "frames_indices": list(self.frames_indices), "total_num_frames": n,
+                "duration": n / self.fps}
+
+
+def _since(frame: Frame) -> tuple[Fraction, int]:
+    """A frame's video offset (exact) and its session's start (absolute second)."""
+    offset = Fraction(frame.offset).limit_denominator(1000)
+    return offset, frame.wall_clock - math.floor(offset)
+
+
+def video_timing(frames: Sequence[Frame]) -> VideoTiming:
+    """The true timing of ``frames`` as one video: integer indices at the coarsest exact ``fps``."""
+    timed = [_since(f) for f in frames]
+    origin = min(start for _, start in timed)
+    times = [start - origin + offset for offset, start in timed]
+    fps = math.lcm(*(t.denominator for t in times))
+    return VideoTiming(float(fps), tuple(int(t * fps) for t in times))
 
 
 @dataclass(frozen=True)
@@ -115,15 +167,9 @@ class Response:
     """Seconds the whole call took: queueing for a slot, failed attempts and back-off included."""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    cached_tokens: int | None = None
-    """Prompt tokens the engine served from its prefix cache (None where it does not report them)."""
     finish_reason: str | None = None
     error: str | None = None
     """Why no usable answer came back; the run records it and goes on."""
-    error_kind: str | None = None
-    """What kind of failure ``error`` is, where the engine tells (``auth``, ``not_found``, ``connection``,
-    ``bad_request``, ``context``, ``rate_limit``, ``server``, ``timeout``, ``stream``, ``http``): the
-    runner stops after consecutive ``auth`` / ``not_found`` / ``connection`` failures."""
     attempts: int = 1
     """Attempts made (HTTP attempts for remote engines); counts describe only the last one."""
     truncation: Truncation | None = None

@@ -2,49 +2,53 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
 from apm.backbones import _torchvision_cpu_fix
+from apm.backbones.base import GenerationSettings, Message, Request, Response, TextPart, video_timing
 from apm.backbones.local import WorkerThreadBackbone
-from apm.backbones.base import FramePart, GenerationSettings, Message, Request, Response
 
 _torchvision_cpu_fix.install()
 
 FramesAs = Literal["video", "images"]
+T = TypeVar("T")
 
 
 @dataclass
 class ChatInputs:
-    """A request in the processor's terms: HF-style chat turns plus the pixels they refer to."""
+    """A request in the processor's terms: HF-style chat turns plus the pixels they refer to.
+
+    ``video_metadata[i]`` is the true timing of ``videos[i]`` (:meth:`VideoTiming.metadata`)."""
 
     conversation: list[dict[str, Any]]
     videos: list[np.ndarray]
+    video_metadata: list[dict[str, Any]]
     images: list[np.ndarray]
 
 
 def to_chat_inputs(messages: tuple[Message, ...], frames_as: FramesAs = "video") -> ChatInputs:
-    """Each run of consecutive frames in a turn becomes one video, or one image per frame."""
-    out = ChatInputs([], [], [])
+    """Each text part as it is; each run of frames (:meth:`Message.segments`) as one timed video, or
+    one image per frame."""
+    out = ChatInputs([], [], [], [])
     for message in messages:
         content: list[dict[str, Any]] = []
-        run: list[np.ndarray] = []
-        for part in (*message.parts, None):
-            if isinstance(part, FramePart):
-                run.append(part.frame.pixels())
-                continue
-            if run and frames_as == "video":
-                out.videos.append(np.stack(run))
+        for segment in message.segments():
+            if isinstance(segment, TextPart):
+                content.append({"type": "text", "text": segment.text})
+            elif frames_as == "video":
+                out.videos.append(np.stack([f.pixels() for f in segment]))
+                out.video_metadata.append(video_timing(segment).metadata())
                 content.append({"type": "video"})
-            elif run:
-                out.images.extend(np.array(px) for px in run)  # writable copies, as torch wants
-                content.extend({"type": "image"} for _ in run)
-            run = []
-            if part is not None:
-                content.append({"type": "text", "text": part.text})
+            else:
+                out.images.extend(np.array(f.pixels()) for f in segment)  # writable copies, as torch wants
+                content.extend({"type": "image"} for _ in segment)
         out.conversation.append({"role": message.role, "content": content})
     return out
 
@@ -69,8 +73,9 @@ class _FirstTokenClock:
 class HFBackbone(WorkerThreadBackbone):
     """A local transformers VLM, run on one worker thread so ``generate`` never blocks the loop.
 
-    ``frames_as`` sends each run of frames as a video (default) or as separate images;
-    ``processor_kwargs`` go to every processor call (e.g. ``videos_kwargs`` for Qwen3-VL).
+    ``frames_as`` sends each run of frames as a video (default; with its true timing as
+    ``video_metadata`` and ``do_sample_frames=False``: the frames are already the sampled ones) or as
+    separate images; ``processor_kwargs`` go to every processor call.
     Greedy decoding when ``temperature`` is 0; ``json_output`` is not enforced here.
     """
 
@@ -113,16 +118,25 @@ class HFBackbone(WorkerThreadBackbone):
     def _unload(self) -> None:
         self._model = self._processor = None
 
+    async def with_model(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(processor, model, *args)`` on the worker thread, for a memory system that works on the
+        model itself (``apm.streaming.kv_cache`` encodes the stream into its KV cache)."""
+        await self.start()
+        work = functools.partial(fn, self._processor, self._model, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
     def _inputs(self, request: Request) -> Any:
         chat = to_chat_inputs(request.messages, self.frames_as)
         prompt = self._processor.apply_chat_template(
             chat.conversation, tokenize=False, add_generation_prompt=True
         )
+        timing = {"video_metadata": chat.video_metadata, "do_sample_frames": False} if chat.videos else {}
         return self._processor(
             text=[prompt],
             videos=chat.videos or None,
             images=chat.images or None,
             return_tensors="pt",
+            **timing,
             **self.processor_kwargs,
         ).to(self.device)
 

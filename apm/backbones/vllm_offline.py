@@ -6,8 +6,19 @@ import time
 from typing import Any
 
 from apm.backbones.base import GenerationSettings, Request, Response
-from apm.backbones.hf import FramesAs, to_chat_inputs
+from apm.backbones.hf import ChatInputs, FramesAs, to_chat_inputs
 from apm.backbones.local import WorkerThreadBackbone
+
+
+def multi_modal_data(chat: ChatInputs) -> dict[str, Any]:
+    """vLLM's ``multi_modal_data``: each video with its true timing as ``(frames, metadata)`` (vLLM
+    takes metadata per video here, unlike a server request), and the images."""
+    data: dict[str, Any] = {}
+    if chat.videos:
+        data["video"] = list(zip(chat.videos, chat.video_metadata, strict=True))
+    if chat.images:
+        data["image"] = chat.images
+    return data
 
 
 class VLLMOfflineBackbone(WorkerThreadBackbone):
@@ -48,22 +59,19 @@ class VLLMOfflineBackbone(WorkerThreadBackbone):
         if llm is not None:  # vllm.LLM has no public shutdown (0.32): stop its engine core directly
             llm.llm_engine.engine_core.shutdown()
 
-    def _generate(self, request: Request, started: float) -> Response:
+    def engine_input(self, request: Request) -> dict[str, Any]:
+        """The prompt ``vllm.LLM.generate`` takes: the chat rendered by the model's template, plus the
+        frames (:func:`multi_modal_data`)."""
         chat = to_chat_inputs(request.messages, self.frames_as)
         prompt = self._processor.apply_chat_template(
             chat.conversation, tokenize=False, add_generation_prompt=True
         )
-        mm_data: dict[str, Any] = {}
-        if chat.videos:
-            mm_data["video"] = chat.videos if len(chat.videos) > 1 else chat.videos[0]
-        if chat.images:
-            mm_data["image"] = chat.images if len(chat.images) > 1 else chat.images[0]
+        return {"prompt": prompt, "multi_modal_data": multi_modal_data(chat)}
+
+    def _generate(self, request: Request, started: float) -> Response:
+        engine_input = self.engine_input(request)
         sent = time.perf_counter()
-        (out,) = self._llm.generate(
-            {"prompt": prompt, "multi_modal_data": mm_data},
-            self._sampling(request.settings),
-            use_tqdm=False,
-        )
+        (out,) = self._llm.generate(engine_input, self._sampling(request.settings), use_tqdm=False)
         done = time.perf_counter()
         completion = out.outputs[0]
         metrics = out.metrics

@@ -13,7 +13,7 @@ from pathlib import Path
 from apm.data.instances import Instance
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
-from apm.prompts import interleave, summary_prompts, turn_text
+from apm.prompts import stream_parts, summary_prompts, turn_text
 from apm.records.atomic import write_atomically
 
 
@@ -46,7 +46,7 @@ class TextSummary(MemoryProtocol):
 
         instruction, request_text = summary_prompts(view.session)
         parts: list = [TextPart(instruction)]
-        parts += interleave(view.frames, view.interactions) + [TextPart(request_text)]
+        parts += stream_parts(view.frames, view.interactions, request_text)
         request = Request(
             messages=(Message("user", tuple(parts)),),
             settings=GenerationSettings(max_tokens=self.max_tokens, json_output=True),

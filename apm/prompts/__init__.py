@@ -2,12 +2,14 @@
 
 from apm.prompts.render import (
     PROMPT_VERSION,
-    interleave,
     probe_prompt,
+    stream_parts,
     summary_prompts,
     system_prompt,
     template,
     turn_text,
 )
 
-__all__ = ["PROMPT_VERSION", "interleave", "probe_prompt", "summary_prompts", "system_prompt", "template", "turn_text"]
+__all__ = [
+    "PROMPT_VERSION", "probe_prompt", "stream_parts", "summary_prompts", "system_prompt", "template", "turn_text",
+]

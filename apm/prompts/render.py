@@ -2,7 +2,7 @@
 
 Templates live in ``templates/*.txt`` with the paper's angle-bracketed fields (``<QUESTION>``,
 ``<OPTION A>``, ``<START_TIME>``, …). The paper's text is kept word for word; see
-``docs/prompts.md`` for the whitespace restored after punctuation and how turns are placed.
+``docs/prompts.md`` for the whitespace restored after punctuation and where frames and turns go.
 """
 
 from __future__ import annotations
@@ -113,11 +113,16 @@ def summary_prompts(session: Session) -> tuple[str, str]:
     return template("summary_writer"), request
 
 
-def interleave(frames: Sequence[Frame], turns: Sequence[Turn]) -> list[Part]:
-    """Frames and user turns (``[DAYn HH:MM:SS] User: …``) in wall-clock order; a turn goes before
-    the frames of its own second."""
+def _said(turns: Sequence[Turn]) -> list[str]:
+    """What the user said, one ``[DAYn HH:MM:SS] User: …`` line per turn, in time order."""
+    return [f"[{clock.label(t.time)}] User: {t.text}" for t in sorted(turns, key=lambda t: t.time)]
+
+
+def stream_parts(frames: Sequence[Frame], turns: Sequence[Turn], then: str) -> list[Part]:
+    """A stretch of the stream: its frames as one video segment, then one text part holding what the
+    user said during it and ``then``. One segment, so a request fits an engine's per-prompt video limit
+    and carries timing every engine can express (docs/prompts.md, "The request")."""
     from apm.backbones.base import FramePart, TextPart
 
-    events = [(f.wall_clock, 1, FramePart(f)) for f in frames]
-    events += [(t.time, 0, TextPart(f"[{clock.label(t.time)}] User: {t.text}")) for t in turns]
-    return [p for _, _, p in sorted(events, key=lambda e: (e[0], e[1]))]
+    blocks = ["\n".join(_said(turns)), then] if turns else [then]
+    return [*(FramePart(f) for f in frames), TextPart("\n\n".join(blocks))]

@@ -1,24 +1,24 @@
 """Assemble one instance's request: memory history, the causal prefix with its turns, the probe.
 
-Layout of the single user message (documented in ``docs/prompts.md``): the text memories, then
-each prior session's frames under a header, then the current session's frames interleaved with the
-turns the protocol injects (each at its wall-clock time: a turn is placed before the frames of its
-second), then the probe prompt preceded by the current wall-clock time. The system message is E.1.
+Layout of the single user message (documented in ``docs/prompts.md``, "The request"): one text part
+with the text memories and a header per session whose frames are shown; the frames, oldest first, as
+one video segment; one text part with what the user said (the instance's own turns, each with its
+wall-clock time), the current wall-clock time and the probe prompt. The system message is E.1.
+Engines encode this and add nothing, so ``prompt_sha256`` covers exactly what the model is sent.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from itertools import groupby
+from dataclasses import dataclass, replace
 
 from apm.backbones.base import GenerationSettings, Message, Part, Request, TextPart
 from apm.data import clock
-from apm.data.instances import Instance, Turn
+from apm.data.instances import Instance
 from apm.data.model import Trajectory
 from apm.memory.base import History
-from apm.prompts import interleave, probe_prompt, system_prompt, turn_text
+from apm.prompts import probe_prompt, stream_parts, system_prompt, turn_text
 from apm.video.cache import FrameCache
 from apm.video.frames import Frame
 from apm.video.select import prefix_spans, select_frames
@@ -31,12 +31,14 @@ class Prepared:
     prompt_sha256: str
 
 
-def _session_header(trajectory: Trajectory, key: str, what: str) -> TextPart:
+def _session_header(trajectory: Trajectory, key: str, what: str) -> str:
     s = trajectory.session(key)
-    return TextPart(f"[{what} {key}, {clock.label(s.start)} to {clock.split(s.end)[1]}]")
+    return f"[{what} {key}, {clock.label(s.start)} to {clock.split(s.end)[1]}]"
 
 
-def choose_frames(cache: FrameCache, trajectory: Trajectory, instance: Instance, history: History, max_frames: int) -> list[Frame]:
+def choose_frames(
+    cache: FrameCache, trajectory: Trajectory, instance: Instance, history: History, max_frames: int
+) -> list[Frame]:
     """History spans plus the current prefix, sampled uniformly to ``max_frames`` (or the latest N).
 
     ``max_frames`` 0 means the backbone takes no frames (the reference baselines).
@@ -49,29 +51,37 @@ def choose_frames(cache: FrameCache, trajectory: Trajectory, instance: Instance,
     return select_frames(cache, trajectory, instance, spans, max_frames=max_frames)
 
 
+def _memory_text(trajectory: Trajectory, history: History) -> list[str]:
+    """The text memories of earlier sessions, each under its session's header."""
+    if not history.notes:
+        return []
+    lines = ["Persistent memory of completed sessions:"]
+    for session, note in history.notes:
+        lines += [_session_header(trajectory, session.key, "Memory of session"), note]
+    return ["\n".join(lines)]
+
+
+def _video_headers(trajectory: Trajectory, current: str, frames: list[Frame]) -> str:
+    """One header per earlier session whose frames are shown, then the current session's."""
+    shown = {f.session for f in frames} - {current}
+    earlier = [_session_header(trajectory, s.key, "Video of earlier session")
+               for s in trajectory.sessions if s.key in shown]
+    return "\n".join([*earlier, _session_header(trajectory, current, "Current session")])
+
+
 def build_parts(trajectory: Trajectory, instance: Instance, history: History, frames: list[Frame]) -> list[Part]:
-    """The user message: text memories, earlier sessions' frames and turns, the current prefix, the probe.
+    """The user message: text memories and session headers, the frames as one segment, then what the
+    user said, the current time and the probe.
 
     Only turns of the current session come from the instance itself; what was said in an earlier
     session (a PRM registration) reaches the model only through the memory protocol's ``history``.
     """
-    parts: list[Part] = []
-    if history.notes:
-        parts.append(TextPart("Persistent memory of completed sessions:"))
-        for session, note in history.notes:
-            parts += [_session_header(trajectory, session.key, "Memory of session"), TextPart(note)]
     current = trajectory.session(instance.session)
-    prior_frames = {key: list(g) for key, g in groupby((f for f in frames if f.session != current.key), key=lambda f: f.session)}
-    prior_turns = {s.key: [t for t in history.turns if s.contains(t.time)] for s in trajectory.sessions}
-    for s in trajectory.sessions[: current.index]:
-        if prior_frames.get(s.key) or prior_turns[s.key]:
-            parts.append(_session_header(trajectory, s.key, "Video of earlier session"))
-            parts += interleave(prior_frames.get(s.key, []), prior_turns[s.key])
-    parts.append(_session_header(trajectory, current.key, "Current session"))
-    said_now = [Turn(t.kind, t.time, turn_text(t, instance)) for t in instance.turns if t.time >= current.start]
-    parts += interleave([f for f in frames if f.session == current.key], said_now)
-    parts.append(TextPart(f"[Current time: {instance.probe_label}]\n\n{probe_prompt(instance)}"))
-    return parts
+    headers = _video_headers(trajectory, current.key, frames)
+    before = TextPart("\n\n".join([*_memory_text(trajectory, history), headers]))
+    said_now = [replace(t, text=turn_text(t, instance)) for t in instance.turns if t.time >= current.start]
+    probe = f"[Current time: {instance.probe_label}]\n\n{probe_prompt(instance)}"
+    return [before, *stream_parts(frames, [*history.turns, *said_now], probe)]
 
 
 def prompt_digest(messages: tuple[Message, ...]) -> str:
