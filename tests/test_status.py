@@ -65,7 +65,7 @@ def test_status_from_records_and_ledger_alone(sweep, monkeypatch):
     rows = by_shard(sweep)
     assert set(rows) == {"shard-0-of-3", "shard-1-of-3", "shard-2-of-3"}
     done, running, failed = rows["shard-0-of-3"], rows["shard-1-of-3"], rows["shard-2-of-3"]
-    assert (done.state, done.done, done.total, done.errors, done.failed) == ("done", 10, 10, 2, False)
+    assert (done.state, done.done, done.total, done.errors, done.failed) == ("done with errors", 10, 10, 2, False)
     assert (running.state, running.done, running.total, running.active) == ("running", 4, 10, True)
     assert running.eta_s == pytest.approx(30, rel=0.2)  # 4 records in 20 s, 6 to go
     assert (failed.state, failed.done, failed.failed, failed.eta_s) == ("died", 3, True, None)
@@ -75,7 +75,7 @@ def test_status_from_records_and_ledger_alone(sweep, monkeypatch):
 def test_status_asks_the_scheduler_when_there_is_one(sweep, monkeypatch):
     monkeypatch.setattr(scheduler, "states", lambda ids: {"7_0": "COMPLETED", "7_1": "RUNNING", "7_2": "CANCELLED"})
     rows = by_shard(sweep)
-    assert [rows[f"shard-{i}-of-3"].state for i in range(3)] == ["done", "running", "cancelled"]
+    assert [rows[f"shard-{i}-of-3"].state for i in range(3)] == ["done with errors", "running", "cancelled"]
     assert rows["shard-2-of-3"].failed
 
 
@@ -83,11 +83,12 @@ def test_cli_table_json_and_exit_code(sweep, monkeypatch, capsys):
     monkeypatch.setattr(scheduler, "available", lambda: False)
     assert status.main([str(sweep)]) == 1  # a failed shard
     table = capsys.readouterr().out
-    assert "3 shards: 1 died, 1 done, 1 running · 17/30 instances · 2 errors" in table
+    assert "3 shards: 1 died, 1 done with errors, 1 running · 17/30 instances · 2 errors" in table
     assert status.main([str(sweep), "--json"]) == 1
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["shard"], r["state"], r["done"], r["failed"]) for r in rows] == [
-        ("shard-0-of-3", "done", 10, False), ("shard-1-of-3", "running", 4, False), ("shard-2-of-3", "died", 3, True)]
+        ("shard-0-of-3", "done with errors", 10, False), ("shard-1-of-3", "running", 4, False),
+        ("shard-2-of-3", "died", 3, True)]
 
 
 def test_shard_without_plan_counts_its_own_records(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from apm.cli.errors import DEBUG_FLAG, guarded
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.data.stats import format_stats, release_stats
@@ -55,6 +56,7 @@ def _overlay(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="apm-data", description=__doc__)
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("synth", help="write a synthetic release with real H.264 videos")
@@ -91,16 +93,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the subcommand; a release's problems are its report, one per line (exit status 2)."""
     try:
         return args.func(args)
     except ReleaseError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except FileExistsError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``apm-data``: any error but a release's problems is one line, exit status 1 (``--debug``: the traceback)."""
+    args = build_parser().parse_args(argv)
+    return guarded("apm-data", lambda: _dispatch(args), args.debug)
 
 
 if __name__ == "__main__":

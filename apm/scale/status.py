@@ -1,5 +1,8 @@
 """``apm-status RUN_ROOT``: per config and shard, instances done / total, errors, the job's state, ETA.
 
+A shard with every instance on record is ``done``, or ``done with errors`` when some of those records
+are errors (rerun them with ``rerun_errors=true``).
+
 Progress comes from the records and each shard's ``plan.json``; the job's state from SLURM (``squeue``,
 ``sacct``) when it is there, else from the ledger the submitter and the runner write. So it works
 while jobs run, after they end, and on a machine without SLURM.
@@ -19,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from apm.cli.errors import DEBUG_FLAG, guarded
 from apm.runner import ledger
 from apm.runner.records import latest_by, read_folder, read_jsonl
 from apm.scale import scheduler
@@ -26,6 +30,8 @@ from apm.scale import scheduler
 FAILED = {"failed", "cancelled", "timeout", "out_of_memory", "node_fail", "preempted", "boot_fail", "deadline",
           "interrupted", "died", "incomplete", "lost"}
 """Shard states that need a resubmission."""
+DONE, DONE_WITH_ERRORS = "done", "done with errors"
+"""Every instance on record: all answered, or some of them errors (an endpoint that refused them, say)."""
 
 
 @dataclass
@@ -45,6 +51,11 @@ class ShardStatus:
     @property
     def failed(self) -> bool:
         return self.state in FAILED
+
+    @property
+    def complete(self) -> bool:
+        """Every instance is on record (``done``, or ``done with errors``: rerun those with ``rerun_errors=true``)."""
+        return self.state in (DONE, DONE_WITH_ERRORS)
 
     @property
     def active(self) -> bool:
@@ -123,8 +134,9 @@ def shard_status(root: Path, run_dir: Path, shard: str, last: dict[str, bool], s
     total = plan["instances"] if plan is not None else None
     job_id = last_job_id(events)
     sched = (job_states or {}).get(job_id or "")
+    errors = sum(1 for k in keys if last.get(k) is False)
     if total is not None and done >= total:
-        state = "done"
+        state = DONE_WITH_ERRORS if errors else DONE
     elif sched is not None and sched != "COMPLETED":
         state = sched.lower()
     elif sched == "COMPLETED":
@@ -136,7 +148,7 @@ def shard_status(root: Path, run_dir: Path, shard: str, last: dict[str, bool], s
     eta = _eta(events, done, total, now) if state == "running" else None
     return ShardStatus(
         run=str(run_dir.relative_to(root)) if run_dir != root else ".", shard=shard, state=state, done=done,
-        total=total, errors=sum(1 for k in keys if last.get(k) is False),
+        total=total, errors=errors,
         duplicates=sum(1 for k in keys if seen[k] > 1), job_id=job_id, eta_s=eta,
     )
 
@@ -164,10 +176,11 @@ def _clock(seconds: float | None) -> str:
 def render(rows: list[ShardStatus]) -> str:
     """A table per shard and a one-line summary of the sweep."""
     w = max([len(r.run) for r in rows] + [3])
-    lines = [f"{'run':<{w}} {'shard':<14} {'state':<12} {'done/total':>12} {'errors':>6} {'dup':>4} {'job':>10} {'eta':>8}"]
+    lines = [f"{'run':<{w}} {'shard':<14} {'state':<16} {'done/total':>12} {'errors':>6} {'dup':>4} "
+             f"{'job':>10} {'eta':>8}"]
     for r in rows:
         total = "?" if r.total is None else str(r.total)
-        lines.append(f"{r.run:<{w}} {r.shard:<14} {r.state:<12} {f'{r.done}/{total}':>12} {r.errors:>6} "
+        lines.append(f"{r.run:<{w}} {r.shard:<14} {r.state:<16} {f'{r.done}/{total}':>12} {r.errors:>6} "
                      f"{r.duplicates:>4} {r.job_id or '-':>10} {_clock(r.eta_s):>8}")
     states = Counter(r.state for r in rows)
     done, total = sum(r.done for r in rows), sum(r.total or 0 for r in rows)
@@ -182,11 +195,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="apm-status", description=__doc__.splitlines()[0])
     p.add_argument("root", type=Path, help="a run dir or any folder above run dirs (an output_root)")
     p.add_argument("--json", action="store_true", help="one JSON object per shard instead of the table")
+    p.add_argument(DEBUG_FLAG, action="store_true", help="show the traceback of an error")
     args = p.parse_args(argv)
-    rows = sweep_status(args.root)
-    if args.json:
+    return guarded("apm-status", lambda: report(args.root, args.json), args.debug)
+
+
+def report(root: Path, as_json: bool) -> int:
+    """Print the sweep's status; exit status 1 when a shard needs resubmitting."""
+    if not root.exists():
+        raise FileNotFoundError(f"{root} does not exist")
+    rows = sweep_status(root)
+    if as_json:
         for r in rows:
-            print(json.dumps(asdict(r) | {"failed": r.failed}))
+            print(json.dumps(asdict(r) | {"failed": r.failed, "complete": r.complete}))
     else:
         print(render(rows))
     return 1 if any(r.failed for r in rows) else 0

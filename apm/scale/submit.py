@@ -104,7 +104,7 @@ def pending(jobs: list[ShardJob]) -> tuple[list[ShardJob], list[tuple[ShardJob, 
     for job in jobs:
         counts.setdefault(job.run_dir, record_counts(job.run_dir))
         status = shard_status(job.run_dir, job.run_dir, job.shard, *counts[job.run_dir], states, 0.0)
-        if status.state == "done" or status.active:
+        if status.complete or status.active:
             skipped.append((job, status.state))
         else:
             todo.append(job)
