@@ -167,9 +167,15 @@ class Response:
     """Seconds the whole call took: queueing for a slot, failed attempts and back-off included."""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens the engine served from its prefix cache (None where it does not report them)."""
     finish_reason: str | None = None
     error: str | None = None
     """Why no usable answer came back; the run records it and goes on."""
+    error_kind: str | None = None
+    """What kind of failure ``error`` is, where the engine tells (``auth``, ``not_found``, ``connection``,
+    ``bad_request``, ``context``, ``rate_limit``, ``server``, ``timeout``, ``stream``, ``http``): the
+    runner stops after consecutive ``auth`` / ``not_found`` / ``connection`` failures."""
     attempts: int = 1
     """Attempts made (HTTP attempts for remote engines); counts describe only the last one."""
     truncation: Truncation | None = None

@@ -4,7 +4,10 @@ The API key is read from the environment variable ``api_key_env`` names, at each
 never stored on the object, so it cannot leak into a repr, a log, a record or a saved config.
 Failed attempts (429, 5xx, connection errors, timeouts, malformed or dropped streams) are retried
 from scratch with exponential back-off plus jitter; only the final attempt's text, timing and token
-counts are reported, and a request that still fails comes back with ``Response.error`` set.
+counts are reported, and a request that still fails comes back with ``Response.error`` set and its
+kind in ``Response.error_kind``. Before a run, :meth:`OpenAIBackbone.preflight` checks the endpoint,
+the key and the model name, and :meth:`OpenAIBackbone.check_request` the run's largest request;
+:meth:`OpenAIBackbone.advice` turns a failure into one line that names the setting to change.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import base64
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import httpx
@@ -26,6 +30,7 @@ from tenacity.wait import wait_exponential, wait_random
 
 from apm.backbones.base import (
     Backbone,
+    GenerationSettings,
     Message,
     Request,
     Response,
@@ -33,7 +38,7 @@ from apm.backbones.base import (
     VideoTiming,
     video_timing,
 )
-from apm.backbones.guard import ContextGuard, Policy
+from apm.backbones.guard import ContextGuard, Policy, text_chars
 from apm.video.frames import Frame
 
 log = logging.getLogger(__name__)
@@ -44,18 +49,37 @@ CONNECTIONS_PER_CLIENT = 8
 several small clients: 8 keeps the harness near 1.5 ms CPU per request at concurrency 64."""
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 """HTTP statuses worth another attempt; any other non-200 status fails the request at once."""
+PREFLIGHT_CONNECT_ATTEMPTS = 3
+"""Tries at reaching ``GET /models`` before a run (1 s, then 2 s apart): a server that is down is
+reported within seconds instead of after every instance's retry budget."""
+
+
+class EndpointError(RuntimeError):
+    """A preflight check failed; the message is one line saying what to change."""
 
 
 class _Retryable(Exception):
     """A failed attempt worth repeating; ``retry_after`` is the server's hint in seconds."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, kind: str = "server") -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.kind = kind
 
 
 class _Fatal(Exception):
     """A failure that another attempt would repeat (bad request, auth, unknown model)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def status_kind(status: int) -> str:
+    """The ``Response.error_kind`` of a failed HTTP status."""
+    kinds = {401: "auth", 403: "auth", 404: "not_found", 400: "bad_request", 413: "bad_request", 422: "bad_request",
+             429: "rate_limit"}
+    return kinds.get(status, "server" if status >= 500 else "http")
 
 
 @dataclass(frozen=True)
@@ -65,6 +89,7 @@ class _Answer:
     total_s: float
     prompt_tokens: int | None
     completion_tokens: int | None
+    cached_tokens: int | None
     finish_reason: str | None
     model: str | None
 
@@ -128,6 +153,8 @@ class OpenAIBackbone(Backbone):
         self.json_response_format = json_response_format
         self.json_schema_format = json_schema_format
         self.extra_body = dict(plain(extra_body) or {})
+        self.served: list[str] | None = None
+        """What ``GET /models`` listed at the preflight (None: not asked, or the endpoint lists none)."""
         self._clients: list[httpx.AsyncClient] = []
         self._slots: asyncio.Queue[httpx.AsyncClient] | None = None
         """One entry per concurrent request allowed, naming the client that request uses."""
@@ -155,17 +182,24 @@ class OpenAIBackbone(Backbone):
 
     async def generate(self, request: Request) -> Response:
         """One streamed completion, retried on transient failures; errors come back in the Response."""
+        response = await self._complete(request)
+        if not response.ok:
+            log.warning("%s %s: %s", self.name, request.request_id, response.error)
+        return response
+
+    async def _complete(self, request: Request) -> Response:
+        """:meth:`generate` without its warning (the preflight reports its failures in one line)."""
         if self._slots is None:
             raise RuntimeError(f"{self.name}: call start() (or use `async with`) before generate()")
         began = time.perf_counter()
         if self.guard.frame_budget(request) < 0:
             return Response(
                 error=f"prompt exceeds max_context_tokens={self.guard.max_context_tokens} even without frames",
-                attempts=0,
+                error_kind="context", attempts=0,
             )
         request, truncation = self.guard.apply(request)
         payload = self.payload(request)
-        attempts, last_error = 0, ""
+        attempts, last_error, kind = 0, "", "timeout"
         try:
             async with asyncio.timeout(None) as deadline:  # armed once the first attempt has a slot
                 async for attempt in self._retrying(request.request_id):
@@ -177,9 +211,9 @@ class OpenAIBackbone(Backbone):
                             last_error = str(e)
                             raise
         except _Retryable as e:
-            error = f"gave up after {attempts} attempts: {e}"
+            error, kind = f"gave up after {attempts} attempts: {e}", e.kind
         except _Fatal as e:
-            error = str(e)
+            error, kind = str(e), e.kind
         except TimeoutError:
             error = f"deadline of {self.deadline_s:g}s exceeded after {attempts} attempts; last error: {last_error}"
         else:
@@ -190,13 +224,106 @@ class OpenAIBackbone(Backbone):
                 elapsed_s=time.perf_counter() - began,
                 prompt_tokens=answer.prompt_tokens,
                 completion_tokens=answer.completion_tokens,
+                cached_tokens=answer.cached_tokens,
                 finish_reason=answer.finish_reason,
                 attempts=attempts,
                 truncation=truncation,
                 model=answer.model,
             )
-        log.warning("%s %s: %s", self.name, request.request_id, error)
-        return Response(error=error, elapsed_s=time.perf_counter() - began, attempts=attempts, truncation=truncation)
+        return Response(error=error, error_kind=kind, elapsed_s=time.perf_counter() - began, attempts=attempts,
+                        truncation=truncation)
+
+    async def preflight(self, where: str = "backbone") -> None:
+        """Before a run: the endpoint answers, takes the key and serves the model (``GET /models``, then a
+        one-token text request); raises :class:`EndpointError` with the one line that says what to change."""
+        self.served = await self._served_models(where)
+        ping = Request((Message.text("user", "Reply with OK."),), GenerationSettings(max_tokens=1, seed=None),
+                       request_id="preflight/ping")
+        response = await self._complete(ping)
+        if not response.ok:
+            raise EndpointError(self.advice(response, where))
+
+    async def check_request(self, request: Request, where: str = "backbone") -> None:
+        """Send ``request`` (the run's largest) with ``max_tokens=1``; raises :class:`EndpointError` naming the
+        engine limit it breaks (``limit_mm_per_prompt``, ``max_model_len``, ``max_num_batched_tokens``)."""
+        one_token = replace(request, settings=replace(request.settings, max_tokens=1), request_id="preflight/largest")
+        response = await self._complete(one_token)
+        if not response.ok:
+            raise EndpointError(self.advice(response, where, request))
+
+    async def _served_models(self, where: str) -> list[str] | None:
+        """The model names ``GET /models`` lists (None: the endpoint lists none); an unreachable endpoint
+        or a refused key raises :class:`EndpointError`."""
+        failure: Exception | None = None
+        async with httpx.AsyncClient(timeout=self.timeout) as client:
+            for attempt in range(PREFLIGHT_CONNECT_ATTEMPTS):
+                await asyncio.sleep(attempt)
+                try:
+                    r = await client.get(f"{self.base_url}/models", headers=self._headers())
+                    break
+                except httpx.TransportError as e:
+                    failure = e
+            else:
+                gone = Response(error=f"{type(failure).__name__}: {failure}", error_kind="connection")
+                raise EndpointError(self.advice(gone, where))
+        if r.status_code in (401, 403):
+            refused = Response(error=f"HTTP {r.status_code} from GET /models", error_kind="auth")
+            raise EndpointError(self.advice(refused, where))
+        try:
+            return [m["id"] for m in r.json()["data"]] if r.status_code == 200 else None
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def advice(self, response: Response, where: str = "backbone", request: Request | None = None) -> str:
+        """One line: what failed at this endpoint and the setting to change (``where``: the config key
+        holding this backbone); ``request`` is the largest request, when that is what failed."""
+        head = f"{where} {self.name!r} at {self.base_url}: {_reason(response.error or '')}"
+        kind = response.error_kind
+        if kind == "auth":
+            fix = (f"check the key in ${self.api_key_env}" if self.api_key_env
+                   else f"set {where}.api_key_env to the variable that holds the key")
+        elif kind == "not_found":
+            listed = f" (it serves {', '.join(self.served[:8])})" if self.served else ""
+            fix = f"{where}.{self.model_setting}={self.model!r} is not a model served there{listed}: set it"
+        elif kind == "connection":
+            fix = f"start the server, or set {where}.base_url"
+        elif request is not None:
+            fix = self._request_advice(response, request, where)
+        else:
+            return head
+        return f"{head} — {fix}"
+
+    @property
+    def model_setting(self) -> str:
+        """The config key whose value is the model name sent in requests."""
+        return "model"
+
+    def engine_setting(self, flag: str, where: str) -> str:
+        """Where an engine limit is set: the server's own flag (this class does not start the server)."""
+        return f"the server's --{flag.replace('_', '-')}"
+
+    def _request_advice(self, response: Response, request: Request, where: str) -> str:
+        """Which engine limit the run's largest request broke, from the engine's message."""
+        error, frames = response.error or "", len(request.frames)
+        size = f"the largest request ({frames} frames, {text_chars(request)} characters of text)"
+        if response.error_kind == "context":
+            return f"{size}: its text alone is over {where}.max_context_tokens: raise it and the engine's max_model_len"
+        if "may be provided in one prompt" in error:
+            items = _media_items(self.payload(request))
+            return f"{size} sends {items}: raise {self.engine_setting('limit_mm_per_prompt', where)}"
+        length = re.search(r"\(length (\d+)\)|at least (\d+) input tokens|requested (\d+) tokens", error)
+        if length or "maximum context length" in error or "max_model_len" in error:
+            tokens = next(int(g) for g in length.groups() if g) if length else None
+            need = f" to at least {tokens + request.settings.max_tokens}" if tokens else ""
+            return (f"{size} is longer than the engine's context: raise "
+                    f"{self.engine_setting('max_model_len', where)}{need} (or raise {where}.tokens_per_frame, "
+                    f"now {self.guard.tokens_per_frame}, so the context guard keeps fewer frames)")
+        if "encoder cache" in error or "max_num_batched_tokens" in error:
+            return f"{size} does not fit one engine step: raise {self.engine_setting('max_num_batched_tokens', where)}"
+        if response.error_kind == "timeout":
+            return (f"{size} got no answer in time: the engine may be unable to schedule it (raise "
+                    f"{self.engine_setting('max_num_batched_tokens', where)}) or slower than {where}.attempt_timeout_s")
+        return f"{size} was refused"
 
     def payload(self, request: Request) -> dict[str, Any]:
         """The chat-completions JSON body for a request (frames already within the guard's limits).
@@ -295,9 +422,10 @@ class OpenAIBackbone(Backbone):
             async with asyncio.timeout(self.attempt_timeout_s):
                 return await self._stream(client, payload, sent)
         except TimeoutError:
-            raise _Retryable(f"attempt exceeded {self.attempt_timeout_s:g}s") from None
+            raise _Retryable(f"attempt exceeded {self.attempt_timeout_s:g}s", kind="timeout") from None
         except httpx.TransportError as e:
-            raise _Retryable(f"{type(e).__name__}: {e}") from None
+            unreachable = isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
+            raise _Retryable(f"{type(e).__name__}: {e}", kind="connection" if unreachable else "stream") from None
         finally:
             self._slots.put_nowait(client)
 
@@ -308,8 +436,8 @@ class OpenAIBackbone(Backbone):
                 detail = (await r.aread())[:300].decode("utf-8", "replace")
                 message = f"HTTP {r.status_code}: {detail}"
                 if r.status_code in RETRY_STATUS:
-                    raise _Retryable(message, _retry_after(r.headers.get("retry-after")))
-                raise _Fatal(message)
+                    raise _Retryable(message, _retry_after(r.headers.get("retry-after")), status_kind(r.status_code))
+                raise _Fatal(message, status_kind(r.status_code))
             pieces: list[str] = []
             ttft = finish = usage = served = None
             done = False
@@ -323,9 +451,9 @@ class OpenAIBackbone(Backbone):
                 try:
                     chunk = json.loads(data)
                 except ValueError:
-                    raise _Retryable(f"malformed stream chunk: {data[:80]!r}") from None
+                    raise _Retryable(f"malformed stream chunk: {data[:80]!r}", kind="stream") from None
                 if chunk.get("error"):
-                    raise _Retryable(f"error event in stream: {str(chunk['error'])[:200]}")
+                    raise _Retryable(f"error event in stream: {str(chunk['error'])[:200]}", kind="stream")
                 usage = chunk.get("usage") or usage
                 served = chunk.get("model") or served
                 for choice in chunk.get("choices") or ():
@@ -335,13 +463,14 @@ class OpenAIBackbone(Backbone):
                         pieces.append(piece)
                     finish = choice.get("finish_reason") or finish
             if not done and finish is None:
-                raise _Retryable("stream ended before the answer finished")
+                raise _Retryable("stream ended before the answer finished", kind="stream")
         return _Answer(
             text="".join(pieces),
             ttft_s=ttft,
             total_s=time.perf_counter() - sent,
             prompt_tokens=(usage or {}).get("prompt_tokens"),
             completion_tokens=(usage or {}).get("completion_tokens"),
+            cached_tokens=((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens"),
             finish_reason=finish,
             model=served,
         )
@@ -355,6 +484,23 @@ def _image(frame: Frame) -> dict[str, Any]:
 
 def _text(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
+
+
+def _reason(error: str) -> str:
+    """A failure as one short line: an HTTP error's JSON body reduced to its message (also when the body
+    was cut short)."""
+    status = re.match(r"(.*HTTP \d+): \{.*?\"message\"\s*:\s*\"((?:[^\"\\]|\\.)*)", error, re.S)
+    if status:
+        error = f"{status[1]}: {status[2]}".replace('\\"', '"').replace("\\'", "'")
+    return " ".join(error.split())[:200]
+
+
+def _media_items(body: dict[str, Any]) -> str:
+    """How many video and image items a chat body carries, as a phrase."""
+    parts = [p for m in body["messages"] if isinstance(m["content"], list) for p in m["content"]]
+    videos = sum(p["type"] == "video_url" for p in parts)
+    images = sum(p["type"] == "image_url" for p in parts)
+    return f"{videos} video and {images} image items"
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -57,7 +57,9 @@ class VLLMServerBackbone(OpenAIBackbone):
         max_model_len: int | None = None,
         limit_mm_per_prompt: Mapping[str, int] | None = None,
         max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
         enable_prefix_caching: bool | None = None,
+        enable_prompt_tokens_details: bool | None = None,
         gpu_memory_utilization: float | None = None,
         dtype: str | None = None,
         extra_args: Sequence[str] = (),
@@ -81,7 +83,9 @@ class VLLMServerBackbone(OpenAIBackbone):
             "max-model-len": max_model_len,
             "limit-mm-per-prompt": plain(limit_mm_per_prompt),
             "max-num-seqs": max_num_seqs,
+            "max-num-batched-tokens": max_num_batched_tokens,
             "enable-prefix-caching": enable_prefix_caching,
+            "enable-prompt-tokens-details": enable_prompt_tokens_details,
             "gpu-memory-utilization": gpu_memory_utilization,
             "dtype": dtype,
         }
@@ -96,6 +100,20 @@ class VLLMServerBackbone(OpenAIBackbone):
         super().__init__(
             model=served_model_name or model, base_url=base_url or "http://unset/v1", name=name or model, **client
         )
+
+    @property
+    def model_setting(self) -> str:
+        """Requests name the served model: ``served_model_name`` when set, else ``model``."""
+        return "served_model_name" if self.served_model_name else "model"
+
+    @property
+    def prefix_caching(self) -> bool | None:
+        """Whether the launched engine caches prefixes (None: vLLM's default, or a server not launched here)."""
+        return self.engine_args["enable-prefix-caching"] if self.launch else None
+
+    def engine_setting(self, flag: str, where: str) -> str:
+        """A launched server's limits are this backbone's options; a running one's are its own flags."""
+        return f"{where}.{flag}" if self.launch else super().engine_setting(flag, where)
 
     def argv(self, port: int) -> list[str]:
         """The server's command line: the command with ``{model}``/``{python}`` filled, then flags."""
