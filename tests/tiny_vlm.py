@@ -1,4 +1,4 @@
-"""Shared helpers for the model-backend tests: the tiny Qwen2-VL and synthetic JPEG frames."""
+"""Shared helpers for the model-backend tests: the tiny Qwen2-VL and Qwen3-VL, synthetic JPEG frames."""
 
 from __future__ import annotations
 
@@ -49,3 +49,11 @@ def build_tiny_qwen2vl_once(path: Path) -> Path:
     if not (path / "model.safetensors").exists():
         build_tiny_qwen2vl(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random Qwen3-VL (it writes each video's frame times into its prompt), built once."""
+    from apm.backbones.tiny import build_tiny_qwen3vl
+
+    return build_tiny_qwen3vl(tmp_path_factory.getbasetemp() / "tiny-qwen3vl")

@@ -1,8 +1,10 @@
-"""A tiny random Qwen2-VL built on this machine: real transformers/vLLM code paths, gibberish output.
+"""Tiny random Qwen2-VL and Qwen3-VL built on this machine: real transformers/vLLM code paths,
+gibberish output. Qwen3-VL writes each video's frame times into its prompt (``<t seconds>``), so its
+tiny twin shows what timing an engine was given.
 
 No weights are downloaded: the tokenizer is a byte-level BPE trained on the Python standard
 library's sources, the model is randomly initialised from a fixed seed. Same seed and Python
-version, same files. CLI: ``python -m apm.backbones.tiny OUT_DIR``.
+version, same files. CLI: ``python -m apm.backbones.tiny OUT_DIR [--arch qwen3vl]``.
 """
 
 from __future__ import annotations
@@ -102,36 +104,36 @@ def build_processor(tokenizer):  # -> transformers.Qwen2VLProcessor
     )
 
 
-def build_config(tokenizer):  # -> transformers.Qwen2VLConfig
-    """2-layer text model (hidden 64, head_dim 32: vLLM's CPU attention needs >16) + 2-layer ViT."""
-    from transformers import Qwen2VLConfig
+VISION = dict(depth=2, num_heads=2, spatial_merge_size=2, temporal_patch_size=2)
+"""What both tiny ViTs share: 2 layers, 2 heads, 2x2 merge, frames paired in time."""
 
-    ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok in SPECIAL_TOKENS}
-    return Qwen2VLConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=32,
-            max_position_embeddings=4096,
-            rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[4, 6, 6]),
-            bos_token_id=ids["<|endoftext|>"],
-            eos_token_id=ids["<|im_end|>"],
-            pad_token_id=ids["<|endoftext|>"],
-        ),
-        vision_config=dict(
-            depth=2,
-            embed_dim=32,
-            hidden_size=64,
-            num_heads=2,
-            mlp_ratio=2,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-        ),
+
+def _token_ids(tokenizer) -> dict[str, int]:
+    return {tok: tokenizer.convert_tokens_to_ids(tok) for tok in SPECIAL_TOKENS}
+
+
+def _text_config(tokenizer, **rope: object) -> dict:
+    """2-layer text model (hidden 64, head_dim 32: vLLM's CPU attention needs >16), M-RoPE over 16 pairs."""
+    ids = _token_ids(tokenizer)
+    return dict(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        max_position_embeddings=4096,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[4, 6, 6], **rope),
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+
+
+def _vision_token_ids(tokenizer) -> dict[str, int]:
+    ids = _token_ids(tokenizer)
+    return dict(
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
@@ -139,33 +141,101 @@ def build_config(tokenizer):  # -> transformers.Qwen2VLConfig
     )
 
 
-def build_tiny_qwen2vl(out_dir: str | Path, seed: int = 0) -> Path:
-    """Write tokenizer, processor, config and random fp32 weights to ``out_dir``; returns it."""
+def build_config(tokenizer):  # -> transformers.Qwen2VLConfig
+    """The tiny text model + a 2-layer ViT (patch 14)."""
+    from transformers import Qwen2VLConfig
+
+    return Qwen2VLConfig(
+        text_config=_text_config(tokenizer),
+        vision_config=dict(VISION, embed_dim=32, hidden_size=64, mlp_ratio=2, patch_size=14),
+        **_vision_token_ids(tokenizer),
+    )
+
+
+def build_qwen3vl_config(tokenizer):  # -> transformers.Qwen3VLConfig
+    """The tiny text model (interleaved M-RoPE) + a 2-layer ViT (patch 16) with one DeepStack layer."""
+    from transformers import Qwen3VLConfig
+
+    return Qwen3VLConfig(
+        text_config=_text_config(tokenizer, mrope_interleaved=True),
+        vision_config=dict(
+            VISION,
+            hidden_size=32,
+            intermediate_size=64,
+            patch_size=16,
+            out_hidden_size=64,
+            num_position_embeddings=64,
+            deepstack_visual_indexes=[0],
+        ),
+        **_vision_token_ids(tokenizer),
+    )
+
+
+def build_qwen3vl_processor(tokenizer):  # -> transformers.Qwen3VLProcessor
+    """Qwen3-VL processor: images of 56² to 112², videos never shrunk below their size (64² frames
+    stay 64²), and no frame sampling of its own (the harness sends the frames it chose)."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    return Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(
+            patch_size=16, merge_size=2, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS
+        ),
+        video_processor=Qwen3VLVideoProcessor(
+            size={"shortest_edge": MIN_PIXELS, "longest_edge": 64 * 64 * 1024},
+            do_sample_frames=False,
+            cap_pixels_per_frame=False,
+        ),
+        tokenizer=tokenizer,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def _write(out_dir: str | Path, model_class, config, processor, seed: int) -> Path:
+    """Random fp32 weights of ``model_class`` (from ``seed``), greedy generation config and the processor."""
     import torch
-    from transformers import GenerationConfig, Qwen2VLForConditionalGeneration
+    from transformers import GenerationConfig
 
     out = Path(out_dir)
-    tokenizer = build_tokenizer()
-    config = build_config(tokenizer)
     torch.manual_seed(seed)
-    model = Qwen2VLForConditionalGeneration(config).to(torch.float32).eval()
+    model = model_class(config).to(torch.float32).eval()
     model.generation_config = GenerationConfig(
         eos_token_id=config.text_config.eos_token_id,
         pad_token_id=config.text_config.pad_token_id,
         do_sample=False,
     )
     model.save_pretrained(out)
-    build_processor(tokenizer).save_pretrained(out)
+    processor.save_pretrained(out)
     return out
+
+
+def build_tiny_qwen2vl(out_dir: str | Path, seed: int = 0) -> Path:
+    """Write the tiny Qwen2-VL (tokenizer, processor, config, weights) to ``out_dir``; returns it."""
+    from transformers import Qwen2VLForConditionalGeneration
+
+    tokenizer = build_tokenizer()
+    return _write(out_dir, Qwen2VLForConditionalGeneration, build_config(tokenizer), build_processor(tokenizer), seed)
+
+
+def build_tiny_qwen3vl(out_dir: str | Path, seed: int = 0) -> Path:
+    """Write the tiny Qwen3-VL (tokenizer, processor, config, weights) to ``out_dir``; returns it."""
+    from transformers import Qwen3VLForConditionalGeneration
+
+    tokenizer = build_tokenizer()
+    config, processor = build_qwen3vl_config(tokenizer), build_qwen3vl_processor(tokenizer)
+    return _write(out_dir, Qwen3VLForConditionalGeneration, config, processor, seed)
+
+
+BUILDERS = {"qwen2vl": build_tiny_qwen2vl, "qwen3vl": build_tiny_qwen3vl}
 
 
 def main(argv: list[str] | None = None) -> None:
     """CLI: build the tiny model into OUT_DIR."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--arch", choices=sorted(BUILDERS), default="qwen2vl")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    print(build_tiny_qwen2vl(args.out_dir, seed=args.seed))
+    print(BUILDERS[args.arch](args.out_dir, seed=args.seed))
 
 
 if __name__ == "__main__":
