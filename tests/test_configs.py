@@ -29,11 +29,36 @@ def test_every_memory_protocol_instantiates(memory):
     assert isinstance(protocol, MemoryProtocol) and protocol.name
 
 
+REQUIRED = {"openai_compatible": ["backbone.base_url=http://127.0.0.1:8000/v1", "backbone.model=my-model"]}
+"""The mandatory values (``???``) of presets that have them."""
+
+
 @pytest.mark.parametrize("backbone", BACKBONES)
 def test_every_backbone_config_composes_with_a_name_and_frame_limit(backbone):
-    cfg = _compose(f"backbone={backbone}")
+    cfg = _compose(f"backbone={backbone}", *REQUIRED.get(backbone, []))
     assert cfg.backbone.name and "_target_" in cfg.backbone
     assert isinstance(cfg.backbone.max_frames, int)
+
+
+def test_the_generic_endpoint_is_named_by_its_model():
+    cfg = _compose("backbone=openai_compatible", *REQUIRED["openai_compatible"])
+    backbone = instantiate(cfg.backbone, _convert_="all")
+    assert backbone.name == "my-model" and backbone.api_key_env is None
+    assert str(run_dir_of(cfg)).split("/")[-1].startswith("my-model-")
+    with pytest.raises(Exception, match="Missing mandatory value: backbone.model"):
+        run_dir_of(_compose("backbone=openai_compatible", "backbone.base_url=http://x/v1"))
+
+
+VLLM_PRESETS = [b for b in BACKBONES if "vllm_server" in (Path(CONF_DIR) / "backbone" / f"{b}.yaml").read_text()]
+
+
+@pytest.mark.parametrize("backbone", VLLM_PRESETS)
+def test_every_vllm_preset_talks_to_a_running_server_with_a_key(backbone):
+    cfg = _compose(f"backbone={backbone}", "backbone.launch=false", "backbone.base_url=http://10.0.0.7:8000/v1",
+                   "backbone.api_key_env=MY_VLLM_KEY")
+    b = instantiate(cfg.backbone, _convert_="all")
+    assert (b.launch, b.base_url, b.api_key_env) == (False, "http://10.0.0.7:8000/v1", "MY_VLLM_KEY")
+    assert config_hash(cfg) == config_hash(_compose(f"backbone={backbone}"))  # where it runs is not the method
 
 
 @pytest.mark.parametrize("override,error", [
