@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from apm.backbones.baselines import Oracle
+from apm.backbones.fake_server import FakeServer
 from apm.runner.app import CONF_DIR, run_async, run_dir_of
 
 
@@ -47,3 +51,17 @@ class ShownFrames(Oracle):
     async def generate(self, request):
         ShownFrames.seen[request.request_id] = request
         return await super().generate(request)
+
+
+@contextmanager
+def served(**settings: Any) -> Iterator[FakeServer]:
+    """A loopback fake engine on its own thread and event loop, so a run's ``asyncio.run`` can use it."""
+    loop = asyncio.new_event_loop()
+    server = FakeServer(**settings)
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)

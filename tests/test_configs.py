@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 
 from apm.memory.base import MemoryProtocol
 from apm.runner.app import CONF_DIR, run_dir_of
-from apm.runner.config import config_hash
+from apm.runner.config import ConfigError, check_arguments, config_hash
+from apm.streaming import StreamingSystem
 
 MEMORIES = sorted(p.stem for p in (Path(CONF_DIR) / "memory").glob("*.yaml"))
 BACKBONES = sorted(p.stem for p in (Path(CONF_DIR) / "backbone").glob("*.yaml"))
@@ -26,7 +28,7 @@ def _compose(*overrides: str):
 @pytest.mark.parametrize("memory", MEMORIES)
 def test_every_memory_protocol_instantiates(memory):
     protocol = instantiate(_compose(f"memory={memory}").memory, _convert_="all")
-    assert isinstance(protocol, MemoryProtocol) and protocol.name
+    assert isinstance(protocol, MemoryProtocol | StreamingSystem) and protocol.name
 
 
 REQUIRED = {"openai_compatible": ["backbone.base_url=http://127.0.0.1:8000/v1", "backbone.model=my-model"]}
@@ -38,6 +40,7 @@ def test_every_backbone_config_composes_with_a_name_and_frame_limit(backbone):
     cfg = _compose(f"backbone={backbone}", *REQUIRED.get(backbone, []))
     assert cfg.backbone.name and "_target_" in cfg.backbone
     assert isinstance(cfg.backbone.max_frames, int)
+    check_arguments(cfg.backbone, "backbone")  # every key an argument of its class, of the right type
 
 
 def test_the_generic_endpoint_is_named_by_its_model():
@@ -59,6 +62,22 @@ def test_every_vllm_preset_talks_to_a_running_server_with_a_key(backbone):
     b = instantiate(cfg.backbone, _convert_="all")
     assert (b.launch, b.base_url, b.api_key_env) == (False, "http://10.0.0.7:8000/v1", "MY_VLLM_KEY")
     assert config_hash(cfg) == config_hash(_compose(f"backbone={backbone}"))  # where it runs is not the method
+
+
+@pytest.mark.parametrize("override,says", [
+    ("memory.keep_sessions=abc", "memory.keep_sessions='abc': expected int | None, got str"),
+    ("+memory.keep_session=2", "memory.keep_session: apm.memory.video.RawVideo takes no such argument (did you mean "
+                               "keep_sessions?)"),
+])
+def test_wrong_arguments_inside_a_config_group_are_named(override, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        check_arguments(_compose("memory=restricted", override).memory, "memory")
+
+
+def test_a_try_and_latency_mode_are_the_same_run():
+    base = _compose()
+    assert config_hash(base) == config_hash(_compose("dataset.limit=5", "dataset.trajectories=[a]",
+                                                     "latency_mode=true", "preflight=false", "fail_fast=0"))
 
 
 @pytest.mark.parametrize("override,error", [

@@ -1,33 +1,52 @@
-"""``apm-run``: the Hydra app. Compose, validate the release, then run the online protocol.
+"""``apm-run``: the Hydra app. Compose, check, then run the online protocol.
 
 The run directory is ``<output_root>/<dataset>/<memory>/<backbone>-<config hash>``: the same for a
 rerun, a resume, a requeued job and every shard, so records accumulate in one place and what is on
 record is skipped. Each shard job writes ``records/shard-<i>-of-<n>.jsonl`` there.
+
+Everything that can be checked is checked before the job writes anything (its config file, plan,
+ledger, manifest or W&B run): the config groups' argument types, API key variables, the release, and
+each served engine with the shard's largest request (``apm.runner.preflight``). A job that fails a
+check leaves nothing behind (Hydra's own job folder is removed again) and ``apm-run`` prints one line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
 import sys
+from collections import defaultdict, deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
 from apm.backbones.base import GenerationSettings
+from apm.backbones.openai_api import EndpointError
+from apm.cli.errors import hold, hydra_guarded
 from apm.data.fingerprint import release_fingerprint
-from apm.data.instances import release_instances
+from apm.data.instances import Instance, release_instances
+from apm.data.model import Trajectory
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.prompts import PROMPT_VERSION
 from apm.runner import ledger, manifest
-from apm.runner.config import config_hash, method_identity, register, run_name, slug
+from apm.runner.config import ConfigError, check_arguments, config_hash, method_identity, register, run_name, slug
 from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget
+from apm.runner.preflight import preflight
+from apm.runner.request import describe, prepare_instance, state_dir_of
 from apm.runner.shards import shard_trajectories
+from apm.runner.stops import check_answered
 from apm.video.cache import FrameCache
 
 log = logging.getLogger("apm.run")
@@ -66,17 +85,61 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     manifest.write_json_atomic(run_dir / "config.json", saved)
 
 
-def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
-    """Load and validate the release, instantiate protocol and backbones, pick this shard's work."""
-    release = load_release(cfg.dataset.root)
-    protocol = _instantiate(cfg.memory)
-    backbone = _instantiate(cfg.backbone)
-    writer = _instantiate(cfg.writer) or backbone
-    run_dir = run_dir_of(cfg)
-    shard_label = f"shard-{cfg.shard.index}-of-{cfg.shard.count}"
-    for engine in {id(backbone): backbone, id(writer): writer}.values():
-        if hasattr(engine, "log_dir") and engine.log_dir is None:  # a served engine logs into the run
-            engine.log_dir = str(run_dir / "jobs" / shard_label)
+@dataclass(frozen=True)
+class ShardPlan:
+    """The shard's trajectories and instances (what its ``plan.json`` lists), and the part this job runs
+    (``dataset.limit`` / ``dataset.trajectories``: a subset whose records count toward the whole)."""
+
+    trajectories: list[Trajectory]
+    instances: list[Instance]
+    run_trajectories: list[Trajectory]
+    run_instances: list[Instance]
+
+
+ENGINE_KEYS = ("backbone", "writer", "judge")
+"""Config keys that may hold an engine with an API key variable."""
+
+
+def check_config(cfg: DictConfig) -> None:
+    """What composing cannot check: the config groups' argument names and types, and that every API key
+    variable an engine names is set (a judge's too, though it runs only after the run)."""
+    for key in ("memory", *ENGINE_KEYS):
+        check_arguments(cfg.get(key), key)
+    for key in ENGINE_KEYS:
+        variable = (cfg.get(key) or {}).get("api_key_env")
+        if variable and not os.environ.get(variable):
+            raise ConfigError(f"{key}.api_key_env: ${variable} is not set; export the key there (read from there only)")
+
+
+def _load_release(root: str):
+    """The release, or one line saying how many problems it has and how to list them."""
+    try:
+        return load_release(root)
+    except ReleaseError as e:
+        first = str(e).splitlines()[0]
+        raise ConfigError(f"{first}; `apm-data validate {root}` lists them") from None
+
+
+def subset(instances: list[Instance], limit: int | None) -> list[Instance]:
+    """The first ``limit`` instances taken task by task in turn (so a small limit already covers every
+    task), in their plan order; all of them when ``limit`` is None."""
+    if limit is None or limit >= len(instances):
+        return instances
+    if limit < 1:
+        raise ConfigError(f"dataset.limit={limit}: give at least 1 (or null for the whole shard)")
+    queues: dict[str, deque[Instance]] = defaultdict(deque)
+    for inst in instances:
+        queues[inst.task].append(inst)
+    chosen: set[str] = set()
+    while len(chosen) < limit:
+        for queue in queues.values():
+            if queue and len(chosen) < limit:
+                chosen.add(queue.popleft().key)
+    return [i for i in instances if i.key in chosen]
+
+
+def shard_plan(cfg: DictConfig, release: Any) -> ShardPlan:
+    """This shard's trajectories and instances, and the part ``dataset.limit`` / ``dataset.trajectories`` picks."""
     trajectories = shard_trajectories(release.trajectories, cfg.shard.index, cfg.shard.count)
     chosen = {t.trajectory_id for t in trajectories}
     tasks = set(cfg.dataset.tasks) if cfg.dataset.tasks else None
@@ -85,6 +148,28 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
         if i.trajectory_id in chosen and (tasks is None or i.task in tasks)
         and (cfg.dataset.include_ea or i.task != "EA")
     ]
+    wanted = set(cfg.dataset.trajectories) if cfg.dataset.trajectories is not None else chosen
+    if wanted - chosen:
+        raise ConfigError(f"dataset.trajectories: {', '.join(sorted(wanted - chosen))} not in this shard "
+                          f"(shard-{cfg.shard.index}-of-{cfg.shard.count} has {', '.join(sorted(chosen))})")
+    run_instances = subset([i for i in instances if i.trajectory_id in wanted], cfg.dataset.limit)
+    running = {i.trajectory_id for i in run_instances}
+    return ShardPlan(trajectories, instances, [t for t in trajectories if t.trajectory_id in running], run_instances)
+
+
+def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
+    """Check the config, load and validate the release, instantiate protocol and backbones, pick this
+    shard's work; nothing is written and no engine is started."""
+    check_config(cfg)
+    release = _load_release(cfg.dataset.root)
+    protocol = _instantiate(cfg.memory)
+    backbone = _instantiate(cfg.backbone)
+    writer = _instantiate(cfg.writer) or backbone
+    run_dir = run_dir_of(cfg)
+    shard_label = f"shard-{cfg.shard.index}-of-{cfg.shard.count}"
+    for engine in {id(backbone): backbone, id(writer): writer}.values():
+        if hasattr(engine, "log_dir") and engine.log_dir is None:  # a served engine logs into the run
+            engine.log_dir = str(run_dir / "jobs" / shard_label)
     setup = RunSetup(
         release=release,
         run_dir=run_dir,
@@ -97,36 +182,70 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, list, list]:
         cache=FrameCache(cfg.frames.cache_dir, cfg.frames.fps, cfg.frames.max_side, cfg.frames.jpeg_quality),
         max_frames=frame_budget(backbone, PAPER_MAX_FRAMES),
         settings=GenerationSettings(cfg.generation.max_tokens, cfg.generation.temperature, cfg.generation.seed),
-        concurrency=cfg.concurrency,
+        concurrency=1 if cfg.latency_mode else cfg.concurrency,
         shard_label=shard_label,
         rerun_errors=cfg.rerun_errors,
+        fail_fast=cfg.fail_fast,
+        latency_mode=cfg.latency_mode,
     )
-    return setup, trajectories, instances
+    return setup, shard_plan(cfg, release)
 
 
-async def run_async(cfg: DictConfig) -> RunStats:
-    setup, trajectories, instances = build_setup(cfg)
+async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
+    """One shard job: every check first (config, release, engines, the shard's largest request), so a
+    job that cannot work stops before it writes anything; then the run, its ledger and W&B mirror.
+    ``strict`` (``apm-run``): a job whose every instance failed raises ``RunStopped`` after it ends."""
+    setup, plan = build_setup(cfg)
+    async with _started(setup.backbone), _started(setup.writer if setup.writer is not setup.backbone else None):
+        await preflight(setup, plan.run_trajectories, plan.run_instances, check=cfg.preflight,
+                        warm_up=cfg.latency_mode)
+        stats, tally = await _recorded_run(cfg, setup, plan)
+    print(closing_line(setup, stats, plan))
+    if strict:
+        check_answered(tally.new, tally.errors, tally.first_error)
+    if cfg.judge is not None:
+        await judge_inline(cfg, setup, {i.key for i in plan.run_instances})
+    return stats
+
+
+async def _recorded_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tuple[RunStats, _Tally]:
+    """The run with what it leaves: config, manifest, plan and ledger events, records, the W&B run."""
     save_config(cfg, setup.run_dir)
     job_dir = ledger.shard_dir(setup.run_dir, setup.shard_label)
     started = manifest.job_started(job_dir, job_identity(cfg, setup))
-    ledger.job_started(setup.run_dir, setup.shard_label, trajectories, instances)
+    ledger.job_started(setup.run_dir, setup.shard_label, plan.trajectories, plan.instances)
     sink = _wandb_sink(cfg, setup)
-    progress = tqdm(total=len(instances), desc=f"{setup.run_info['memory']} · {setup.run_info['backbone']}",
+    tally = _Tally(sink)
+    progress = tqdm(total=len(plan.run_instances), desc=f"{setup.run_info['memory']} · {setup.run_info['backbone']}",
                     unit="inst", disable=not cfg.logging.progress, dynamic_ncols=True)
     stats = None
     try:
-        async with _started(setup.backbone), _started(setup.writer if setup.writer is not setup.backbone else None):
-            stats = await OnlineRun(setup, on_record=sink, progress=progress).run(trajectories, instances)
+        stats = await OnlineRun(setup, on_record=tally, progress=progress).run(plan.run_trajectories,
+                                                                              plan.run_instances)
     finally:
         progress.close()
         ledger.job_ended(setup.run_dir, setup.shard_label, stats, sys.exc_info()[1])
         manifest.job_ended(job_dir, started, sys.exc_info()[1])
         if sink is not None:
             sink.close(_summary(stats))
-    print(closing_line(setup, stats))
-    if cfg.judge is not None:
-        await judge_inline(cfg, setup, {i.key for i in instances})
-    return stats
+    return stats, tally
+
+
+class _Tally:
+    """Hands each record on (to the W&B sink) and counts this job's records and failed instances."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.new = self.errors = 0
+        self.first_error: str | None = None
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        self.new += 1
+        if record["error"] is not None:
+            self.errors += 1
+            self.first_error = self.first_error or record["error"]
+        if self.sink is not None:
+            self.sink(record)
 
 
 def job_identity(cfg: DictConfig, setup: RunSetup) -> dict[str, Any]:
@@ -182,22 +301,73 @@ def _wandb_sink(cfg: DictConfig, setup: RunSetup):
     )
 
 
-def closing_line(setup: RunSetup, stats: RunStats) -> str:
+def closing_line(setup: RunSetup, stats: RunStats, plan: ShardPlan) -> str:
     import time
 
     took = time.perf_counter() - stats.started
-    return (f"apm-run: {setup.run_dir} · {setup.shard_label}: {stats.total} instances "
+    part = f" (a subset: {len(plan.run_instances)} of the shard's {len(plan.instances)})" \
+        if len(plan.run_instances) < len(plan.instances) else ""
+    return (f"apm-run: {setup.run_dir} · {setup.shard_label}: {stats.total} instances{part} "
             f"({stats.skipped} already on record, {stats.new} new, {stats.errors} errors), "
             f"{stats.sessions_updated} memory updates, {took:.1f} s")
 
 
+def request_listing(cfg: DictConfig) -> str:
+    """``print_request=KEY``: that instance's request exactly as the run would send it (frames chosen for
+    its context, the memory on disk now), without starting an engine or writing anything."""
+    setup, plan = build_setup(cfg)
+    inst = next((i for i in plan.instances if i.key == cfg.print_request), None)
+    if inst is None:
+        example = plan.instances[0].key if plan.instances else "trajectory/candidate/probe"
+        raise ConfigError(f"print_request={cfg.print_request!r}: no such instance in {setup.shard_label} "
+                          f"(keys are trajectory_id/candidate_id/probe_id, e.g. {example})")
+    traj = next(t for t in plan.trajectories if t.trajectory_id == inst.trajectory_id)
+    prepared, budget = prepare_instance(setup, traj, inst, state_dir_of(setup, traj))
+    return describe(setup, prepared, budget)
+
+
+def discard_fresh_job_folder(cfg: DictConfig) -> None:
+    """Remove the job folder Hydra made, when it holds only Hydra's own files (the job wrote nothing:
+    a failed check, ``print_request``), and the folders above it up to ``output_root`` left empty."""
+    hydra_cfg = HydraConfig.get()
+    folder = Path(hydra_cfg.runtime.output_dir)
+    own = {hydra_cfg.output_subdir, f"{hydra_cfg.job.name}.log"}
+    if not folder.is_dir() or any(p.name not in own for p in folder.iterdir()):
+        return
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == folder:
+            handler.close()
+    shutil.rmtree(folder)
+    root = Path(cfg.output_root).resolve()
+    for parent in folder.resolve().parents:
+        if not (parent == root or root in parent.parents) or any(parent.iterdir()):
+            break
+        parent.rmdir()
+
+
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def _app(cfg: DictConfig) -> None:
+    """The Hydra task: one shard job, or one instance's request (``print_request``)."""
     try:
-        asyncio.run(run_async(cfg))
-    except ReleaseError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        if cfg.print_request:
+            print(request_listing(cfg))
+        else:
+            asyncio.run(run_async(cfg, strict=True))
+    except Exception as e:
+        if HydraConfig.get().mode != RunMode.RUN:
+            raise  # a sweep reports its failed jobs itself
+        hold(e)
+    finally:
+        discard_fresh_job_folder(cfg)
+
+
+SETUP_ERRORS = (ConfigError, EndpointError, HydraException, OmegaConfBaseException)
+"""Errors found before the run started (exit status 2); any other stops a run (exit status 1)."""
+
+
+def main() -> None:
+    """``apm-run``: every error is one line on stderr and a non-zero exit (``--debug``: the traceback)."""
+    sys.exit(hydra_guarded("apm-run", _app, SETUP_ERRORS))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,17 @@
 """Structured-config schema of ``apm-run`` (Hydra ConfigStore), so a typo or a wrong type fails at
-compose time, and the config hash that names a run."""
+compose time; the argument check of the config groups (``memory``, ``backbone``…) that the schema
+cannot type; and the config hash that names a run."""
 
 from __future__ import annotations
 
+import collections.abc
+import difflib
 import hashlib
+import importlib
+import inspect
 import json
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +69,12 @@ class DatasetConfig:
     include_ea: bool = True
     """Run the Evidence Availability-Aware candidates too (they are their own task, ``EA``)."""
     tasks: list[str] | None = None
-    """Restrict to these tasks (``None``: all)."""
+    """Restrict to these tasks (``None``: all); part of the run's identity."""
+    limit: int | None = None
+    """Run only this many of the shard's instances (taken task by task in turn): a try before the sweep
+    whose records are the full run's, in its run dir (not part of the config hash)."""
+    trajectories: list[str] | None = None
+    """Run only these trajectories of the shard: like ``limit``, outside the config hash."""
 
 
 @dataclass
@@ -78,6 +90,16 @@ class RunConfig:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     concurrency: int = 8
     rerun_errors: bool = False
+    preflight: bool = True
+    """Before the first instance: check each served engine's endpoint, key and model name, and send the
+    shard's largest request with ``max_tokens=1``; a failure stops the job with one line."""
+    fail_fast: int = 3
+    """Stop after this many consecutive authentication, not-found or connection failures (0: never)."""
+    latency_mode: bool = False
+    """Isolated latency: one request at a time (``concurrency`` 1), after one warm-up request that is not
+    recorded; records say ``latency.mode: isolated``. Not part of the config hash."""
+    print_request: str | None = None
+    """An instance key: print that instance's request as the run would send it, and stop (no model is called)."""
     output_root: str = "runs"
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     experiment: Any = None
@@ -88,13 +110,15 @@ def register() -> None:
 
 
 IDENTITY_KEYS = ("dataset", "memory", "backbone", "writer", "frames", "generation")
-"""What makes two runs the same run: not the shard, concurrency, logging or output folder."""
+"""What makes two runs the same run: not the shard, concurrency, latency mode, logging or output folder."""
+SUBSET_KEYS = frozenset({"limit", "trajectories"})
+"""``dataset`` keys that pick part of a shard to run: left out of the hash, so a try counts toward the run."""
 
 OPERATIONAL_KEYS = frozenset({
     "concurrency", "max_attempts", "backoff_initial_s", "backoff_max_s", "connect_timeout_s",
     "read_timeout_s", "attempt_timeout_s", "deadline_s", "base_url", "launch", "python", "command",
     "host", "port", "env", "log_dir", "startup_timeout_s", "stop_timeout_s", "api_key_env",
-    "max_num_seqs", "gpu_memory_utilization",
+    "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "enable_prompt_tokens_details",
 })
 """Backbone settings that change how requests travel, not what a model is asked or answers: left out
 of the hash, so lowering concurrency or moving the server after a crash resumes the same run."""
@@ -114,7 +138,7 @@ def config_hash(cfg: DictConfig) -> str:
     ident["frames"] = {k: v for k, v in (ident["frames"] or {}).items() if k != "cache_dir"}
     dataset = ident["dataset"]
     release = release_fingerprint(dataset["root"])
-    ident["dataset"] = {k: v for k, v in dataset.items() if k != "root"} | {"release": release}
+    ident["dataset"] = {k: v for k, v in dataset.items() if k != "root" and k not in SUBSET_KEYS} | {"release": release}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -127,13 +151,29 @@ def method_identity(cfg: DictConfig) -> dict[str, Any]:
     hydra = HydraConfig.get()
     choices = {key: hydra.runtime.choices.get(group) for key, group in GROUPS.items()}
     defaults = compose(hydra.job.config_name, overrides=_group_picks(choices, list(hydra.searchpath)))
+    required = {p for key in VARIANT_KEYS for p in _missing(defaults.get(key), key)}
+    for path in required:  # a mandatory value (``???``) has no default: the run's value is a setting of its own
+        OmegaConf.update(defaults, path, OmegaConf.select(cfg, path), force_add=True)
     overrides: dict[str, Any] = {}
     for key in VARIANT_KEYS:
         mine = _flat(key, _identity(key, _plain(cfg.get(key))))
         base = _flat(key, _identity(key, _plain(defaults.get(key)) if choices[key] else None))
-        overrides |= {k: v for k, v in mine.items() if k not in base or base[k] != v}
+        overrides |= {k: v for k, v in mine.items() if k not in base or base[k] != v or k in required}
         overrides |= {k: None for k in base if k not in mine}
     return {"choices": choices, "overrides": overrides}
+
+
+def _missing(node: Any, prefix: str) -> list[str]:
+    """Dotted paths of the mandatory (``???``) values in a config node, read without resolving anything."""
+    if not isinstance(node, DictConfig):
+        return []
+    paths = []
+    for key in node.keys():
+        if OmegaConf.is_missing(node, key):
+            paths.append(f"{prefix}.{key}")
+        elif not OmegaConf.is_interpolation(node, key):
+            paths += _missing(node[key], f"{prefix}.{key}")
+    return paths
 
 
 def _group_picks(choices: dict[str, str | None], searchpath: list[str]) -> list[str]:
@@ -160,6 +200,110 @@ def _flat(prefix: str, node: Any) -> dict[str, Any]:
 def _plain(node: Any) -> Any:
     """A config node as plain data, interpolations resolved (only this node: never ``hydra``)."""
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message is one line naming the key and what it needs."""
+
+
+def check_arguments(node: Any, where: str) -> None:
+    """Check a ``_target_`` node (and those nested in it) against its callable's signature: every key a
+    parameter, every value of the annotated type, so ``memory.keep_sessions=abc`` stops the job before
+    anything is written; annotations this check cannot read are taken on trust."""
+    node = _plain(node)
+    if not isinstance(node, dict) or "_target_" not in node:
+        return
+    target = node["_target_"]
+    try:
+        params, hints, open_ended = _parameters(_locate(target))
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"{where}._target_={target!r} cannot be imported: {type(e).__name__}: {e}") from None
+    for key, value in node.items():
+        if key.startswith("_"):
+            continue
+        if key not in params and not open_ended:
+            near = difflib.get_close_matches(key, params, n=1)
+            hint = f"did you mean {near[0]}?" if near else f"it takes {', '.join(params)}"
+            raise ConfigError(f"{where}.{key}: {target} takes no such argument ({hint})")
+        wanted = hints.get(key)
+        if wanted is not None and not _fits(value, wanted):
+            raise ConfigError(f"{where}.{key}={value!r}: expected {_type_name(wanted)}, got {type(value).__name__}")
+        check_arguments(value, f"{where}.{key}")
+
+
+def _locate(path: str) -> Any:
+    """The object a dotted ``_target_`` names: the longest importable module prefix, then attributes."""
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:cut])
+        try:
+            found: Any = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name is None or not f"{module}.".startswith(f"{e.name}."):
+                raise  # the module exists but needs one that is missing: say which
+            continue
+        for name in parts[cut:]:
+            found = getattr(found, name)
+        return found
+    raise ImportError(f"no module of {path!r} can be imported")
+
+
+def _parameters(target: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
+    """A callable's named parameters, their resolvable annotations, and whether it takes any other
+    keyword; for a class, each ``__init__`` along its bases that the one before passes ``**kwargs`` to."""
+    functions = [c.__dict__["__init__"] for c in target.__mro__[:-1] if "__init__" in c.__dict__] \
+        if inspect.isclass(target) else [target]
+    params: dict[str, inspect.Parameter] = {}
+    hints: dict[str, Any] = {}
+    for function in functions:
+        try:
+            signature = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            return params, hints, True
+        try:
+            hints = typing.get_type_hints(function) | hints
+        except Exception:  # noqa: BLE001 — a forward reference that does not resolve: no type check
+            pass
+        params = {n: p for n, p in signature.items() if n != "self" and p.kind in _NAMED} | params
+        if not any(p.kind is p.VAR_KEYWORD for p in signature.values()):
+            return params, hints, False
+    return params, hints, True
+
+
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def _fits(value: Any, wanted: Any) -> bool:
+    """Whether a plain config value can be passed where ``wanted`` is annotated."""
+    origin, args = typing.get_origin(wanted), typing.get_args(wanted)
+    if wanted is Any or isinstance(wanted, typing.TypeVar):
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arm) for arm in args)
+    if wanted is type(None) or wanted is None:
+        return value is None
+    if origin is typing.Literal:
+        return value in args
+    if wanted is bool:
+        return isinstance(value, bool)
+    if wanted is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if wanted is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if wanted is str:
+        return isinstance(value, str)
+    if origin in (list, tuple, collections.abc.Sequence) or wanted in (list, tuple):
+        items = [a for a in args if a is not Ellipsis]
+        return isinstance(value, list | tuple) and all(_fits(v, items[0]) for v in value if len(items) == 1)
+    if origin in (dict, collections.abc.Mapping) or wanted is dict:
+        return isinstance(value, dict)
+    return True
+
+
+def _type_name(wanted: Any) -> str:
+    if typing.get_origin(wanted) is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(wanted))
+    return getattr(wanted, "__name__", None) or str(wanted).replace("typing.", "")
 
 
 def slug(text: str) -> str:

@@ -21,24 +21,26 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import GenerationSettings, Response
+from apm.backbones.base import GenerationSettings, Response, Truncation
 from apm.data import clock
-from apm.data.ids import id_path
 from apm.data.instances import Instance, Turn, candidate_instances
 from apm.data.model import Release, Session, Trajectory
 from apm.memory.base import MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
 from apm.prompts import turn_text
-from apm.runner.context import Prepared, prepare
+from apm.runner import latency
+from apm.runner.context import Prepared
 from apm.runner.ledger import scheduler_job_id
 from apm.runner.lock import LockHeld, WriterLock
 from apm.runner.outcome import judge_output
 from apm.runner.records import JsonlAppender, latest_by, latest_records, read_folder
+from apm.runner.request import prepare_instance, state_dir_of
+from apm.runner.stops import FailFast
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError
 from apm.video.frames import Frame
@@ -64,6 +66,11 @@ class RunSetup:
     rerun_errors: bool = False
     wait_for_lock: bool = False
     """Whether a job on a shard another job holds waits for it, instead of stopping at once."""
+    fail_fast: int = 3
+    """Stop after this many consecutive auth / not-found / connection failures (0: never)."""
+    latency_mode: bool = False
+    """Isolated latency: memory updates wait for the instance slots too, and keys whose newest record
+    was measured under load run again (``apm.runner.latency``)."""
 
 
 @dataclass
@@ -112,9 +119,10 @@ def session_frames(cache: FrameCache, session: Session, limit: int) -> tuple[Fra
 
 
 def make_record(setup: RunSetup, inst: Instance, trajectory: Trajectory, prepared: Prepared | None,
-                response: Response, prep_s: float, shown: dict[str, Any]) -> dict[str, Any]:
+                response: Response, prep_s: float, shown: dict[str, Any], in_flight: int = 0) -> dict[str, Any]:
     """The output contract for one instance (``docs/records.md``); ``shown``: the memory line of the
-    state it saw (``NO_MEMORY`` in a trajectory's first session)."""
+    state it saw (``NO_MEMORY`` in a trajectory's first session); ``in_flight``: requests in flight when
+    it was sent, itself included."""
     session = trajectory.session(inst.session)
     outcome = judge_output(inst, response.text, response.finish_reason) if response.ok else None
     parsed = outcome.parsed if outcome else None
@@ -157,6 +165,7 @@ def make_record(setup: RunSetup, inst: Instance, trajectory: Trajectory, prepare
             "engine_ttft_s": response.ttft_s,
             "engine_total_s": response.total_s,
             "elapsed_s": response.elapsed_s,
+            **latency.conditions(setup, in_flight, response),
         },
         "tokens": {"prompt": response.prompt_tokens, "completion": response.completion_tokens},
         "truncation": response.truncation.to_dict() if response.truncation else None,
@@ -267,6 +276,8 @@ class OnlineRun:
         self.progress = progress
         self.stats = RunStats()
         self._sem = asyncio.Semaphore(setup.concurrency)
+        self._in_flight = 0
+        self._fail_fast = FailFast(setup.fail_fast, getattr(setup.backbone, "advice", None))
 
     async def run(self, trajectories: list[Trajectory], instances: list[Instance]) -> RunStats:
         with holding_shard(self.setup):
@@ -275,7 +286,7 @@ class OnlineRun:
     async def _run(self, trajectories: list[Trajectory], instances: list[Instance]) -> RunStats:
         s = self.setup
         on_record = {k: rec for k, rec in latest_records(s.run_dir / "records").items()
-                     if not (s.rerun_errors and rec.get("error"))}
+                     if not (s.rerun_errors and rec.get("error")) and not latency.needs_isolated(s, rec)}
         memory_done = memory_on_record(s.run_dir / "memory", s.rerun_errors)
         by_session: dict[tuple[str, str], list[Instance]] = defaultdict(list)
         for inst in instances:
@@ -286,16 +297,20 @@ class OnlineRun:
         self._records = JsonlAppender(s.run_dir / "records" / f"{s.shard_label}.jsonl")
         self._memory = JsonlAppender(s.run_dir / "memory" / f"{s.shard_label}.jsonl")
         await _prebuild(s.cache, trajectories)
+        tasks = [asyncio.ensure_future(self._trajectory(t, by_session, on_record, memory_done)) for t in trajectories]
         try:
-            await asyncio.gather(*(self._trajectory(t, by_session, on_record, memory_done) for t in trajectories))
-        finally:
+            await asyncio.gather(*tasks)
+        finally:  # a run that stops (fail fast, a causality bug) cancels the rest before the files close
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             self._records.close()
             self._memory.close()
         return self.stats
 
     async def _trajectory(self, traj: Trajectory, by_session, on_record: dict, memory_done: dict) -> None:
         s = self.setup
-        state_dir = id_path(s.run_dir / "memory_state", traj.trajectory_id)
+        state_dir = state_dir_of(s, traj)
         recorded = recorded_lines(traj, memory_done)
         kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded])
         shown = NO_MEMORY
@@ -325,9 +340,10 @@ class OnlineRun:
         limit = min(s.protocol.session_frames, frame_budget(s.writer, s.protocol.session_frames))
         frames = await asyncio.to_thread(session_frames, s.cache, session, limit)
         view = SessionView(traj, session, session_interactions(s.release, traj, session), frames)
-        began = time.perf_counter()
-        facts = await s.protocol.end_session(view, state_dir, s.writer)
-        update_s = time.perf_counter() - began
+        async with self._sem if s.latency_mode else nullcontext():  # isolated: nothing runs beside it
+            began = time.perf_counter()
+            facts = await s.protocol.end_session(view, state_dir, s.writer)
+            update_s = time.perf_counter() - began
         state = await asyncio.to_thread(state_manifest, state_dir)
         error = facts.pop("error", None)
         self.stats.errors += error is not None
@@ -348,18 +364,16 @@ class OnlineRun:
         self.stats.sessions_updated += 1
         return line
 
-    def _prepare(self, traj: Trajectory, inst: Instance, state_dir: Path) -> Prepared:
-        s = self.setup
-        history = s.protocol.history(inst, traj, state_dir)
-        return prepare(s.cache, traj, inst, history, s.max_frames, s.settings)
+    def _prepare(self, traj: Trajectory, inst: Instance, state_dir: Path) -> tuple[Prepared, Truncation | None]:
+        return prepare_instance(self.setup, traj, inst, state_dir)
 
     async def _instance(self, traj: Trajectory, inst: Instance, state_dir: Path, shown: dict[str, Any]) -> None:
         s = self.setup
         async with self._sem:
             began = time.perf_counter()
-            prepared = None
+            prepared, budget, in_flight = None, None, 0
             try:
-                prepared = await asyncio.to_thread(self._prepare, traj, inst, state_dir)
+                prepared, budget = await asyncio.to_thread(self._prepare, traj, inst, state_dir)
             except CausalityError:
                 raise  # a protocol that shows the future is a bug: stop rather than record invalid results
             except Exception as e:  # noqa: BLE001 — a bad video, an unreadable state file: recorded; the run goes on
@@ -367,11 +381,18 @@ class OnlineRun:
                 prep_s = time.perf_counter() - began
             else:
                 prep_s = time.perf_counter() - began
-                response = await s.backbone.generate(prepared.request)
-        record = make_record(s, inst, traj, prepared, response, prep_s, shown)
+                self._in_flight += 1
+                in_flight = self._in_flight
+                try:
+                    response = await s.backbone.generate(prepared.request)
+                finally:
+                    self._in_flight -= 1
+                response = replace(response, truncation=response.truncation or budget)
+        record = make_record(s, inst, traj, prepared, response, prep_s, shown, in_flight)
         self._records.append(record)
         self.stats.new += 1
         self.stats.errors += record["error"] is not None
         if self.progress is not None:
             self.progress.update(1)
         self.on_record(record)
+        self._fail_fast.observe(response)

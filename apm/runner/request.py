@@ -1,0 +1,89 @@
+"""One instance's request exactly as the run sends it, the shard's largest request (what the preflight
+check sends), and a readable listing of a request (``apm-run … print_request=KEY``).
+
+Frames are chosen for the context the request's text leaves: when the backbone's context guard would
+cut the full frame budget, the frames are chosen again, evenly over the same spans, at the count that
+fits — so a backbone gets its full budget whenever its context allows, and otherwise the even sampling
+the paper describes, with what was left out in the record's ``truncation``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from apm.backbones.base import FramePart, Request, Truncation
+from apm.backbones.guard import text_chars
+from apm.data import clock
+from apm.data.ids import id_path
+from apm.data.instances import Instance
+from apm.data.model import Trajectory
+from apm.runner.context import Prepared, prepare
+
+if TYPE_CHECKING:
+    from apm.runner.online import RunSetup
+
+
+def state_dir_of(setup: RunSetup, trajectory: Trajectory) -> Path:
+    """Where the memory protocol keeps a trajectory's persistent state."""
+    return id_path(setup.run_dir / "memory_state", trajectory.trajectory_id)
+
+
+def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance,
+                     state_dir: Path) -> tuple[Prepared, Truncation | None]:
+    """The instance's request with frames chosen for the context its text leaves the backbone, and
+    what that choice left out of the full budget (None: nothing)."""
+    history = setup.protocol.history(instance, trajectory, state_dir)
+    prepared = prepare(setup.cache, trajectory, instance, history, setup.max_frames, setup.settings)
+    guard = getattr(setup.backbone, "guard", None)
+    fit = guard.selection_budget(prepared.request) if guard is not None else None
+    if fit is None:
+        return prepared, None
+    fitted = prepare(setup.cache, trajectory, instance, history, fit, setup.settings)
+    if len(fitted.frames) > fit:  # the protocol picks its own frames (the most recent N): the guard cuts them
+        return prepared, None
+    return fitted, guard.budget_truncation(prepared.request, fitted.request)
+
+
+def largest_request(setup: RunSetup, trajectories: list[Trajectory], instances: list[Instance]) -> Request | None:
+    """The largest request the shard will send, as the run sends it: of each task's latest probe (the
+    one that sees the most video), the request with the most frames, then the most text. Memories a
+    protocol writes during the run are not there yet, so a text memory's notes are not counted."""
+    by_id = {t.trajectory_id: t for t in trajectories}
+
+    def place(inst: Instance) -> tuple[int, int, str]:
+        return by_id[inst.trajectory_id].session(inst.session).index, inst.probe_time, inst.key
+
+    latest = {inst.task: inst for inst in sorted(instances, key=place)}  # the last of each task wins
+    requests = []
+    for inst in latest.values():
+        traj = by_id[inst.trajectory_id]
+        try:
+            requests.append(prepare_instance(setup, traj, inst, state_dir_of(setup, traj))[0].request)
+        except Exception:  # noqa: BLE001 — an instance that cannot be prepared is recorded by the run itself
+            continue
+    return max(requests, key=lambda r: (len(r.frames), text_chars(r)), default=None)
+
+
+def describe(setup: RunSetup, prepared: Prepared, budget: Truncation | None) -> str:
+    """The request the backbone is sent, as lines: a head naming the instance, its frames and prompt
+    digest, then each message's parts in order — text as it is, each frame as its session, video offset
+    and wall-clock time — after the backbone's context guard, and what was left out for the context."""
+    guard = getattr(setup.backbone, "guard", None)
+    request, cut = guard.apply(prepared.request) if guard is not None else (prepared.request, None)
+    inst = prepared.request.instance
+    lines = [f"# {inst.key} · {inst.task} · probe {inst.probe_label} · {len(request.frames)} frames · "
+             f"prompt sha256 {prepared.prompt_sha256}"]
+    for left in (budget, cut):
+        if left is not None:
+            lines.append(f"# {left.frames_before - left.frames_after} of {left.frames_before} frames left out "
+                         f"for {left.reason} (estimated {left.est_tokens_after} tokens with the answer)")
+    for message in request.messages:
+        lines.append(f"--- {message.role}" + (f" @ {clock.label(message.time)}" if message.time is not None else ""))
+        for part in message.parts:
+            if isinstance(part, FramePart):
+                f = part.frame
+                lines.append(f"[frame {f.session} +{f.offset:g}s {f.label}]")
+            else:
+                lines.append(part.text)
+    return "\n".join(lines)
