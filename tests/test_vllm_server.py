@@ -92,6 +92,16 @@ def test_a_server_that_dies_at_startup_is_reported_with_its_log(tmp_path: Path):
         asyncio.run(b.start())
 
 
+def test_a_startup_failure_is_one_line_naming_the_log_and_its_error(tmp_path: Path):
+    crash = "print('loading'); print('ValueError: max_model_len 999999 is too large'); print('bye'); exit(1)"
+    b = VLLMServerBackbone(model="m", python=sys.executable, log_dir=str(tmp_path), command=["{python}", "-c", crash])
+    with pytest.raises(RuntimeError) as e:
+        asyncio.run(b.start())
+    assert "\n" not in str(e.value) and str(b.log_path) in str(e.value)
+    assert str(e.value).endswith("ValueError: max_model_len 999999 is too large")
+    assert "bye" in "".join(e.value.__notes__)  # the log's tail, for --debug
+
+
 def test_startup_deadline_and_sigkill_for_a_server_ignoring_sigterm(tmp_path: Path):
     marker = f"--marker={uuid.uuid4()}"  # ignored by the server; finds its process below
     b = fake(tmp_path, "--ready-after", "60", "--ignore-sigterm", marker, startup_timeout_s=1.0, stop_timeout_s=0.3)

@@ -176,7 +176,7 @@ class VLLMServerBackbone(OpenAIBackbone):
         async with httpx.AsyncClient(timeout=5.0) as client:
             while time.monotonic() < deadline:
                 if self._proc.poll() is not None:
-                    raise RuntimeError(f"{self.name}: server exited with {self._proc.returncode}\n{self._log_tail()}")
+                    raise self._startup_failure(f"server exited with {self._proc.returncode}")
                 try:
                     if (await client.get(health)).status_code == 200:
                         log.info("%s: server ready at %s", self.name, self.base_url)
@@ -184,7 +184,7 @@ class VLLMServerBackbone(OpenAIBackbone):
                 except httpx.TransportError:
                     pass
                 await asyncio.sleep(0.5)
-        raise RuntimeError(f"{self.name}: server not healthy after {self.startup_timeout_s:g}s\n{self._log_tail()}")
+        raise self._startup_failure(f"server not healthy after {self.startup_timeout_s:g}s")
 
     def stop_server(self) -> None:
         """Stop the server's process group: SIGTERM, then SIGKILL after ``stop_timeout_s``. Idempotent."""
@@ -226,6 +226,17 @@ class VLLMServerBackbone(OpenAIBackbone):
         elif previous == signal.SIG_DFL:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+
+    def _startup_failure(self, what: str) -> RuntimeError:
+        """A failed start as one line: what happened, the log, and its last line that names an error (else
+        its last line); the log's tail rides along as a note, shown with the traceback (``--debug``)."""
+        tail = self._log_tail()
+        lines = [line.strip() for line in tail.splitlines() if line.strip()]
+        telling = next((line for line in reversed(lines) if "rror" in line), lines[-1] if lines else "")
+        error = RuntimeError(f"{self.name}: {what} (log {self.log_path}): {telling}")
+        if tail:
+            error.add_note(tail)
+        return error
 
     def _log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():
