@@ -51,6 +51,9 @@ class FakeServer:
     """A prompt of more tokens (:func:`prompt_tokens`) plus ``max_tokens`` gets vLLM's 400."""
     cached_tokens: int | None = None
     """Reported as ``usage.prompt_tokens_details.cached_tokens`` (vLLM's ``--enable-prompt-tokens-details``)."""
+    echo_headers: bool = False
+    """Refuse every chat request with a 400 whose body quotes the request's ``Authorization`` header, as a
+    careless server does (to prove the key never reaches a record or a log)."""
     counts: Counter[str] = field(default_factory=Counter)
     arrivals: list[float] = field(default_factory=list)
     requests: list[tuple[dict[str, str], dict]] = field(default_factory=list)
@@ -154,7 +157,9 @@ class FakeServer:
         self.arrivals.append(time.monotonic())
         if self.keep_requests:
             self.requests.append((headers, body))
-        refusal = self._refusal(body)
+        refusal = self._refusal(body) or (
+            (400, _error(f"bad request with Authorization: {headers.get('authorization')}", 400))
+            if self.echo_headers else None)
         if refusal is not None:
             self.counts[str(refusal[0])] += 1
             await _send(writer, *refusal)
@@ -247,7 +252,8 @@ async def _serve(args: argparse.Namespace) -> None:
     server = FakeServer(reply=args.reply, latency_s=args.latency, chunks=args.chunks,
                         ready_after_s=args.ready_after, host=args.host, port=args.port,
                         models=tuple(args.models.split(",")) if args.models else None,
-                        api_key=os.environ.get(args.api_key_env) if args.api_key_env else None)
+                        api_key=os.environ.get(args.api_key_env) if args.api_key_env else None,
+                        echo_headers=args.echo_headers)
     await server.start()
     print(f"PORT {server.port}", flush=True)
     stop = asyncio.Event()
@@ -273,6 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ignore-sigterm", action="store_true")
     p.add_argument("--models", default=None, help="comma-separated served model names (default: any name)")
     p.add_argument("--api-key-env", default=None, help="variable holding the key every request must carry")
+    p.add_argument("--echo-headers", action="store_true", help="refuse every chat request, quoting its key")
     args, _ = p.parse_known_args(argv)
     asyncio.run(_serve(args))
 

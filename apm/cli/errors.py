@@ -7,6 +7,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from apm.records.redact import redact
+
 DEBUG_FLAG = "--debug"
 MAX_CHARS = 1000
 """An error line longer than this (a pasted value, most likely) is cut, so it stays one readable line."""
@@ -24,7 +26,7 @@ def one_line(error: BaseException) -> str:
     text = "; ".join(p.rstrip(".") for p in parts) or type(error).__name__
     if type(error).__module__ == "builtins" and not isinstance(error, RuntimeError | ValueError):
         text = f"{type(error).__name__}: {text}"
-    text = "".join(ch if ch.isprintable() else " " for ch in text)
+    text = redact("".join(ch if ch.isprintable() else " " for ch in text))
     return text if len(text) <= MAX_CHARS else text[: MAX_CHARS - 3] + "..."
 
 

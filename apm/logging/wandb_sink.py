@@ -15,6 +15,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from apm.records.redact import redact_data
+
 ROW_COLUMNS = (
     "key", "task", "family", "polarity", "probe_time", "decision", "answer", "correct_option", "correct",
     "gate_pass", "parse_status", "parse_error", "ttft_s", "total_s", "memory_bytes", "n_frames", "error", "output",
@@ -48,10 +50,11 @@ class WandbSink:
         self.run = wandb.init(
             mode=mode, project=project, entity=entity, name=name, group=group, config=config, job_type="live",
             tags=["live"], dir=str(run_dir), id=attempt_id(run_id) if run_id else None, reinit="finish_previous",
+            settings=wandb.Settings(x_disable_meta=True),  # W&B's own metadata holds the raw command line
         )
 
     def __call__(self, rec: dict[str, Any]) -> None:
-        self._rows.append(record_row(rec))
+        self._rows.append(redact_data(record_row(rec)))
         c = self._counts
         c["instances"] += 1
         c["errors"] += rec["error"] is not None

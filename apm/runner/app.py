@@ -40,6 +40,7 @@ from apm.data.model import Trajectory
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.prompts import PROMPT_VERSION
+from apm.records.redact import ENV_NAME, redact_data, redact_logging, register_env_secrets
 from apm.runner import ledger, manifest
 from apm.runner.config import ConfigError, check_arguments, config_hash, method_identity, register, run_name, slug
 from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget
@@ -78,7 +79,7 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     """The resolved config, its hash and the release fingerprint, next to the records; the release
     root is made absolute, so ``apm-judge`` finds the release from any working directory."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved = redact_data(OmegaConf.to_container(cfg, resolve=True))
     resolved["dataset"]["root"] = str(Path(cfg.dataset.root).expanduser().resolve())
     saved = {"config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
              "config": resolved}
@@ -103,12 +104,21 @@ ENGINE_KEYS = ("backbone", "writer", "judge")
 def check_config(cfg: DictConfig) -> None:
     """What composing cannot check: the config groups' argument names and types, and that every API key
     variable an engine names is set (a judge's too, though it runs only after the run)."""
+    for key in ENGINE_KEYS:
+        if "api_key" in (cfg.get(key) or {}):
+            raise ConfigError(f"{key}.api_key: a key is never written in a config; export it and name the variable "
+                              f"in {key}.api_key_env")
     for key in ("memory", *ENGINE_KEYS):
         check_arguments(cfg.get(key), key)
     for key in ENGINE_KEYS:
-        variable = (cfg.get(key) or {}).get("api_key_env")
+        engine = cfg.get(key) or {}
+        variable = engine.get("api_key_env")
+        if variable and not ENV_NAME.fullmatch(str(variable)):
+            raise ConfigError(f"{key}.api_key_env: the name of an environment variable, not a key "
+                              "(it would be saved with the run)")
         if variable and not os.environ.get(variable):
             raise ConfigError(f"{key}.api_key_env: ${variable} is not set; export the key there (read from there only)")
+    register_env_secrets((cfg.get(key) or {}).get("api_key_env") for key in ENGINE_KEYS)
 
 
 def _load_release(root: str):
@@ -296,7 +306,7 @@ def _wandb_sink(cfg: DictConfig, setup: RunSetup):
     return WandbSink(
         mode=w.mode, project=w.project, entity=w.get("entity"), group=w.group or slug(cfg.dataset.name),
         name=f"{info['memory']} · {info['backbone']} · {setup.shard_label}",
-        config=OmegaConf.to_container(cfg, resolve=True), run_dir=setup.run_dir,
+        config=redact_data(OmegaConf.to_container(cfg, resolve=True)), run_dir=setup.run_dir,
         chunk_rows=w.table_chunk_rows, run_id=f"{info['config_hash']}-{setup.shard_label}",
     )
 
@@ -348,6 +358,7 @@ def discard_fresh_job_folder(cfg: DictConfig) -> None:
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def _app(cfg: DictConfig) -> None:
     """The Hydra task: one shard job, or one instance's request (``print_request``)."""
+    redact_logging()
     try:
         if cfg.print_request:
             print(request_listing(cfg))

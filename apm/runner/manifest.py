@@ -4,7 +4,7 @@ One file per shard job, so concurrent shards never write the same file; written 
 file in the same folder, then ``os.replace``) when the job starts and again when it ends. It names
 the apm version and source commit, the packages, the command line, host, accelerator and times, and
 the run's identity. Of the environment only SLURM's job ids are read, so no secret can reach it.
-Standard library only: the reducer reads manifests without importing an engine.
+Standard library (and the redaction rule) only: the reducer reads manifests without importing an engine.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import apm
+from apm.records.redact import redact_data
 
 MANIFEST = "manifest.json"
 PACKAGES = ("torch", "vllm", "transformers", "av", "hydra-core", "omegaconf", "wandb", "pandas", "numpy")
@@ -64,7 +65,7 @@ def provenance() -> dict[str, Any]:
         "apm_version": _version("apm"),
         "git": _git(Path(apm.__file__).resolve().parents[1]),
         "packages": {"python": platform.python_version(), **{name: _version(name) for name in PACKAGES}},
-        "command": list(sys.argv),
+        "command": redact_data(list(sys.argv)),
         "host": socket.gethostname(),
         "accelerator": _accelerator(),
         "slurm": {k: os.environ.get(v) for k, v in SLURM_IDS.items()} if "SLURM_JOB_ID" in os.environ else None,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from apm.records.lines import CHECKS, Kind, Skipped, read_lines
+from apm.records.redact import redact_data
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,8 @@ class JsonlAppender:
 
     def append(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Write ``obj`` plus a fresh write stamp as one line and hand it to the OS (it survives the
-        process being killed); returns the line written (``obj`` itself is left as it was)."""
-        line = {**obj, STAMP: write_stamp()}
+        process being killed); returns the line written, secrets masked (``obj`` is left as it was)."""
+        line = redact_data({**obj, STAMP: write_stamp()})  # secrets never reach a line (apm.records.redact)
         self._fh.write(json.dumps(line, ensure_ascii=False).encode() + b"\n")
         self._fh.flush()
         return line
