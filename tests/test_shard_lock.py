@@ -141,3 +141,25 @@ def test_two_writers_of_one_session_never_crash_on_temporary_files(tmp_path, pro
             t.join()
     assert not crashes, f"{len(crashes)} crashes, e.g. {crashes[0]!r}"
     assert not list(state_dir.glob("*.tmp"))
+
+
+def test_a_refused_job_leaves_no_trace_and_the_lock_is_reentrant(tiny, tmp_path):
+    cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", ["memory=none", "backbone=random",
+                                                                    "dataset.tasks=[ER]"])
+    run_dir = run(cfg)  # takes the shard twice in one process (the job, then the run inside it)
+    lock = run_dir / "locks" / "shard-0-of-1.lock"
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p != lock}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from apm.runner.lock import WriterLock;"
+         "lock = WriterLock(Path(sys.argv[1]), {'host': 'elsewhere', 'pid': 1}).acquire();"
+         "print('held', flush=True); time.sleep(600)", str(lock)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SystemExit, match="host elsewhere pid 1"):
+            run(cfg)
+        after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p != lock}
+        assert after == before  # no config, manifest, ledger event or record was touched
+    finally:
+        holder.kill()
+        holder.wait()

@@ -42,8 +42,8 @@ from apm.data.release import load_release
 from apm.prompts import PROMPT_VERSION
 from apm.records.redact import ENV_NAME, redact_data, redact_logging, register_env_secrets
 from apm.runner import ledger, manifest
-from apm.runner.config import ConfigError, check_arguments, config_hash, method_identity, register, run_name, slug
-from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget
+from apm.runner.config import ConfigError, check_arguments, config_hash, method_identity, register, run_name
+from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget, holding_shard
 from apm.runner.preflight import preflight
 from apm.runner.request import describe, prepare_instance, state_dir_of
 from apm.runner.shards import shard_trajectories
@@ -197,6 +197,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
         rerun_errors=cfg.rerun_errors,
         fail_fast=cfg.fail_fast,
         latency_mode=cfg.latency_mode,
+        wait_for_lock=cfg.shard.wait_for_lock,
     )
     return setup, shard_plan(cfg, release)
 
@@ -219,7 +220,13 @@ async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
 
 
 async def _recorded_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tuple[RunStats, _Tally]:
-    """The run with what it leaves: config, manifest, plan and ledger events, records, the W&B run."""
+    """The run with what it leaves: config, manifest, plan and ledger events, records, the W&B run —
+    all under the shard's lock, so a second job on the shard leaves no trace (docs/scale.md)."""
+    with holding_shard(setup):
+        return await _locked_run(cfg, setup, plan)
+
+
+async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tuple[RunStats, _Tally]:
     save_config(cfg, setup.run_dir)
     job_dir = ledger.shard_dir(setup.run_dir, setup.shard_label)
     started = manifest.job_started(job_dir, job_identity(cfg, setup))
@@ -304,7 +311,7 @@ def _wandb_sink(cfg: DictConfig, setup: RunSetup):
 
     info = setup.run_info
     return WandbSink(
-        mode=w.mode, project=w.project, entity=w.get("entity"), group=w.group or slug(cfg.dataset.name),
+        mode=w.mode, project=w.project, entity=w.get("entity"), group=w.group or Path(cfg.output_root).resolve().name,
         name=f"{info['memory']} · {info['backbone']} · {setup.shard_label}",
         config=redact_data(OmegaConf.to_container(cfg, resolve=True)), run_dir=setup.run_dir,
         chunk_rows=w.table_chunk_rows, run_id=f"{info['config_hash']}-{setup.shard_label}",

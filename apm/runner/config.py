@@ -28,6 +28,8 @@ from apm.data.fingerprint import release_fingerprint
 class ShardConfig:
     index: int = 0
     count: int = 1
+    wait_for_lock: bool = False
+    """A second job on a shard waits for the first instead of stopping at once (docs/scale.md)."""
 
 
 @dataclass

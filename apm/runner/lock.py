@@ -22,13 +22,20 @@ class LockHeld(Exception):
         self.path, self.holder = path, holder
 
 
-class WriterLock:
-    """``with WriterLock(path, holder):`` — exclusive, refused at once (``LockHeld``) or, with ``wait``,
-    waited for; the holder's description is written into the file once the lock is taken."""
+_held_here: dict[Path, int] = {}
+"""Lock files this process holds through re-entrant ``WriterLock``s, with how many hold each (the job
+takes its shard before it writes anything; the run inside takes it again)."""
 
-    def __init__(self, path: Path, holder: dict[str, Any], wait: bool = False):
-        self.path, self.holder, self.wait = Path(path), holder, wait
+
+class WriterLock:
+    """``with WriterLock(path, holder):`` — exclusive between processes, refused at once (``LockHeld``)
+    or, with ``wait``, waited for; the holder's description is written into the file once the lock is
+    taken. A ``reentrant`` lock taken again where this process holds it re-entrantly nests instead."""
+
+    def __init__(self, path: Path, holder: dict[str, Any], wait: bool = False, reentrant: bool = False):
+        self.path, self.holder, self.wait, self.reentrant = Path(path), holder, wait, reentrant
         self._fd: int | None = None
+        self._nested = False
 
     def __enter__(self) -> WriterLock:
         return self.acquire()
@@ -38,6 +45,11 @@ class WriterLock:
 
     def acquire(self) -> WriterLock:
         """Take the lock (or raise ``LockHeld``) and write this holder's description into the file."""
+        key = self.path.resolve()
+        if self.reentrant and key in _held_here:
+            _held_here[key] += 1
+            self._nested = True
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -49,10 +61,18 @@ class WriterLock:
         os.pwrite(fd, json.dumps(self.holder).encode(), 0)
         os.fsync(fd)
         self._fd = fd
+        if self.reentrant:
+            _held_here[key] = 1
         return self
 
     def release(self) -> None:
         """Let the next writer in (the file and its content stay: they say who held it last)."""
+        key = self.path.resolve()
+        if self.reentrant and (self._nested or self._fd is not None):
+            _held_here[key] -= 1
+            if not _held_here[key]:
+                del _held_here[key]
+        self._nested = False
         if self._fd is not None:
             os.close(self._fd)  # closing the only descriptor releases the flock
             self._fd = None

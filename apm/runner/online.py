@@ -256,7 +256,8 @@ def busy_line(setup: RunSetup, holder: dict[str, Any] | None) -> str:
 def holding_shard(setup: RunSetup) -> Iterator[None]:
     """Hold the shard's lock (``locks/<shard>.lock``) while its records, memory lines and state are
     written: a second job on the shard raises ``ShardBusy`` at once, or waits with ``wait_for_lock``."""
-    lock = WriterLock(setup.run_dir / "locks" / f"{setup.shard_label}.lock", lock_holder(), setup.wait_for_lock)
+    lock = WriterLock(setup.run_dir / "locks" / f"{setup.shard_label}.lock", lock_holder(), setup.wait_for_lock,
+                      reentrant=True)
     try:
         lock.acquire()
     except LockHeld as held:
