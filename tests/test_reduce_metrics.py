@@ -261,3 +261,15 @@ def test_stale_judgement_of_a_rerun_response_is_ignored(tmp_path: Path) -> None:
     assert value(scores, "judge_failures", "RCR") == 0
     assert np.isnan(value(scores, "task_score", "RCR"))  # its only probe is unjudged: withheld, not 0
     assert row(scores, "task_score", "RCR")["n_unjudged"] == 1
+
+
+def test_latency_comes_from_isolated_records_where_a_method_has_them(tmp_path: Path) -> None:
+    loaded = {**synth.latency(9.0, 9.0, 0.09), "mode": "loaded"}
+    alone = {**synth.latency(1.0, 2.0, 0.01), "mode": "isolated"}
+    synth.write_run(tmp_path / "a", [synth.record("ER", "C1", latency=loaded), synth.record("ER", "C2", latency=alone)])
+    other = synth.run_info(memory="none")
+    synth.write_run(tmp_path / "b", [synth.record("ER", "C1", run=other, latency=loaded)])
+    runs = load_runs([tmp_path])
+    scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
+    ttft = scores[(scores["metric"] == "ttft_s") & (scores["task"] == "all")].set_index("memory")["value"]
+    assert ttft["raw_video"] == 1.0 and ttft["none"] == 9.0  # isolated only where there are any

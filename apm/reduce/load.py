@@ -95,6 +95,7 @@ RECORD_FIELDS: list[Field] = _RUN_FIELDS + [
     ("ttft_s", _nested("latency", "ttft_s")),
     ("total_s", _nested("latency", "total_s")),
     ("rtf", _nested("latency", "rtf")),
+    ("latency_mode", _nested("latency", "mode")),
     ("response_sha256", _response_digest),
 ]
 """What scoring needs from a record (``response_sha256`` is computed, for judged records only)."""

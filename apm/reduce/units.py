@@ -90,12 +90,21 @@ def _instance_stats(rec: pd.DataFrame) -> pd.DataFrame:
         "eu_n": ea * (1.0 - avail),
         "eu_ok": ea * (1.0 - avail) * correct,
     }
+    timed = ok * _measured_alone(rec)
     for name, col in (("ttft", "ttft_s"), ("total", "total_s"), ("rtf", "rtf")):
         value = rec[col].to_numpy(dtype="float64")
-        present = ~np.isnan(value) * ok
+        present = ~np.isnan(value) * timed
         cols[f"{name}_sum"] = np.where(present, value, 0.0)
         cols[f"{name}_n"] = present.astype("float64")
     return pd.DataFrame(cols, index=rec.index)
+
+
+def _measured_alone(rec: pd.DataFrame) -> np.ndarray:
+    """1 for records whose latency counts: a method with any ``latency.mode == "isolated"`` record
+    (``latency_mode=true``: one request at a time) is timed on those alone, others on every record."""
+    isolated = rec["latency_mode"].astype("str") == "isolated"
+    method_has = isolated.groupby(rec["config_hash"].astype("str")).transform("any")
+    return (isolated | ~method_has).to_numpy(dtype="float64")
 
 
 def polarity_balanced_mean(df: pd.DataFrame, value: str) -> pd.Series:
