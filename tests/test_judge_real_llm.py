@@ -16,18 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runner_helpers import compose_run, run
+from vllm_fixtures import loop, required_env_path, vllm_python  # noqa: F401  (fixtures)
 
 from apm.backbones.base import Request, Response
 from apm.backbones.vllm_server import VLLMServerBackbone
 from apm.data.release import load_release
 from apm.judge.cli import judge_backbone
 from apm.judge.rubric import CRITERIA, REPLY_SCHEMA, judge_prompt, probe_reference, rubric
-from apm.judge.stage import JudgeStage, JudgeStats, needs_judge
-from apm.runner.records import latest_records
-from apm.runner.records import read_folder
+from apm.judge.stage import JudgeStage, JudgeStats
+from apm.records.judging import needs_judge
+from apm.runner.records import latest_records, read_folder
 from apm.synth import generate
-from runner_helpers import compose_run, run
-from vllm_fixtures import loop, required_env_path, vllm_python  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,6 @@ from typing import Any
 from apm.backbones.base import GenerationSettings, Message, Request
 from apm.data.fingerprint import release_fingerprint
 from apm.data.release import load_release
-from apm.data.tasks import ADAPTIVE
 from apm.judge.rubric import (
     JUDGE_SYSTEM,
     REPLY_SCHEMA,
@@ -34,14 +33,11 @@ from apm.judge.rubric import (
     judge_prompt,
     probe_reference,
 )
-from apm.runner.config import slug
+from apm.records.judging import needs_judge, response_digest
+from apm.records.naming import slug
 from apm.runner.records import JsonlAppender, latest_records, read_folder
 
 log = logging.getLogger(__name__)
-
-
-def response_digest(output: str) -> str:
-    return hashlib.sha256(output.encode()).hexdigest()
 
 
 def judge_model(judge: Any) -> str:
@@ -54,11 +50,6 @@ def judge_model(judge: Any) -> str:
 def cache_key(model: str, key: str, output: str) -> str:
     """Identity of a judgement: judge model identity, rubric version, instance key, response digest."""
     return hashlib.sha256(json.dumps([model, RUBRIC_VERSION, key, response_digest(output)]).encode()).hexdigest()
-
-
-def needs_judge(rec: dict[str, Any]) -> bool:
-    """Only gate-passing adaptive probes get a judge score; everything else is decided by the gate."""
-    return rec.get("task") in ADAPTIVE and rec.get("error") is None and rec.get("gate_pass") is True
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from apm.judge.stage import needs_judge, response_digest
+from apm.records.judging import needs_judge, response_digest
 from apm.records.lines import Kind, Skipped, read_lines
 
 METHOD = ["dataset", "memory", "backbone", "config_hash"]

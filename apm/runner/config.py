@@ -22,6 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from apm.data.fingerprint import release_fingerprint
+from apm.records.naming import slug
 
 
 @dataclass
@@ -306,10 +307,6 @@ def _type_name(wanted: Any) -> str:
     if typing.get_origin(wanted) is typing.Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(wanted))
     return getattr(wanted, "__name__", None) or str(wanted).replace("typing.", "")
-
-
-def slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text).strip("-").lower()
 
 
 def run_name(cfg: DictConfig, memory_name: str, backbone_name: str) -> str:
