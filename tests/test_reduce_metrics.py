@@ -273,3 +273,18 @@ def test_latency_comes_from_isolated_records_where_a_method_has_them(tmp_path: P
     scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
     ttft = scores[(scores["metric"] == "ttft_s") & (scores["task"] == "all")].set_index("memory")["value"]
     assert ttft["raw_video"] == 1.0 and ttft["none"] == 9.0  # isolated only where there are any
+
+
+def test_intervals_do_not_depend_on_the_order_lines_were_written(tmp_path: Path) -> None:
+    root = synth.synthetic_run(tmp_path / "a", synth.run_info(), trajectories=3, seed=4)
+    shuffled = tmp_path / "b"
+    for kind in ("records", "judgements", "memory"):
+        for f in sorted((root / kind).glob("*.jsonl")):
+            lines = f.read_text().splitlines()
+            np.random.default_rng(1).shuffle(lines)
+            (shuffled / kind).mkdir(parents=True, exist_ok=True)
+            (shuffled / kind / f.name).write_text("\n".join(lines) + "\n")
+    a, b = (load_runs([r]) for r in (root, shuffled))
+    ta, tb = (score_table(r.records, r.judgements, r.memory, seed=3, reps=100) for r in (a, b))
+    key = ["metric", "task"]
+    pd.testing.assert_frame_equal(ta.sort_values(key).reset_index(drop=True), tb.sort_values(key).reset_index(drop=True))
