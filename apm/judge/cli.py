@@ -10,9 +10,9 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from apm.configs import CONF_DIR
 from apm.data.problems import ReleaseError
 from apm.judge.stage import JudgeStage
-from apm.runner.app import CONF_DIR
 
 
 def judge_backbone(overrides: list[str]):

@@ -34,6 +34,7 @@ from tqdm import tqdm
 from apm.backbones.base import GenerationSettings
 from apm.backbones.openai_api import EndpointError
 from apm.cli.errors import hold, hydra_guarded
+from apm.configs import CONF_DIR
 from apm.data.fingerprint import release_fingerprint
 from apm.data.instances import Instance, release_instances
 from apm.data.model import Trajectory
@@ -51,7 +52,6 @@ from apm.runner.stops import check_answered
 from apm.video.cache import FrameCache
 
 log = logging.getLogger("apm.run")
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 
 def _run_name(cfg: DictConfig) -> str:
@@ -191,6 +191,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
         writer=writer,
         cache=FrameCache(cfg.frames.cache_dir, cfg.frames.fps, cfg.frames.max_side, cfg.frames.jpeg_quality),
         max_frames=frame_budget(backbone, PAPER_MAX_FRAMES),
+        layout=cfg.frames.layout,
         settings=GenerationSettings(cfg.generation.max_tokens, cfg.generation.temperature, cfg.generation.seed),
         concurrency=1 if cfg.latency_mode else cfg.concurrency,
         shard_label=shard_label,

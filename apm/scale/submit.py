@@ -22,10 +22,12 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from apm.runner.app import CONF_DIR, run_dir_of
+from apm.configs import CONF_DIR
 from apm.runner import ledger
+from apm.runner.app import run_dir_of
 from apm.scale import scheduler
 from apm.scale.status import last_job_id, record_counts, shard_status
+
 
 @dataclass(frozen=True)
 class ShardJob:
