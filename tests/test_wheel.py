@@ -4,6 +4,7 @@ venv, ``apm-run --help`` and a tiny run from another directory use the configs i
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -22,9 +23,21 @@ def _sh(*command: str, cwd: Path, env: dict[str, str] | None = None) -> subproce
     return done
 
 
+def _source_copy(target: Path) -> Path:
+    """The checkout's files as git sees them (tracked, and untracked but not ignored), copied: the
+    build runs there, so it neither sees nor leaves stale build folders in the checkout."""
+    listed = _sh("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=REPO).stdout
+    for name in filter(None, listed.split("\0")):
+        if (REPO / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, target / name)
+    return target
+
+
 @pytest.mark.slow
 def test_the_wheel_runs_from_anywhere(tmp_path: Path) -> None:
-    built = _sh(sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation",
+    source = _source_copy(tmp_path / "source")
+    built = _sh(sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
                 "-w", str(tmp_path / "dist"), cwd=tmp_path)
     assert "warning" not in (built.stdout + built.stderr).lower()
     (wheel,) = (tmp_path / "dist").glob("apm-*.whl")
