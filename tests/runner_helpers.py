@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +41,31 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
 
 def memory_records(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for p in sorted((run_dir / "memory").glob("*.jsonl")) for line in p.read_text().splitlines()]
+
+
+def record_lines(run_root: Path) -> int:
+    """Lines in every records file under ``run_root`` (a torn last line counts)."""
+    return sum(len(p.read_bytes().splitlines()) for p in run_root.rglob("records/*.jsonl"))
+
+
+def finished(proc: subprocess.Popen, run_root: Path) -> Path:
+    """Wait for an ``apm-run`` process to succeed; the one run dir under ``run_root``."""
+    assert proc.wait(timeout=300) == 0, proc.stdout.read().decode()
+    (run_dir,) = [p.parent for p in run_root.rglob("records")]
+    return run_dir
+
+
+def kill_after(proc: subprocess.Popen, run_root: Path, lines: int, within_s: float = 120) -> bool:
+    """SIGKILL ``proc`` once the records under ``run_root`` hold ``lines`` lines (or ``within_s`` passed);
+    whether it was still running, so that it was killed."""
+    deadline = time.time() + within_s
+    while proc.poll() is None and record_lines(run_root) < lines and time.time() < deadline:
+        time.sleep(0.01)
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    return killed
 
 
 class ShownFrames(Oracle):

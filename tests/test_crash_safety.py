@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from runner_helpers import records
+from runner_helpers import finished, kill_after, records
 
 from apm.reduce import synth
 from apm.runner.records import JsonlAppender, done_keys, read_jsonl
@@ -38,10 +36,6 @@ def apm_run(tiny: Path, out: Path, cache: Path, *extra: str) -> subprocess.Popen
     )
 
 
-def _lines(run_root: Path) -> int:
-    return sum(len(p.read_bytes().splitlines()) for p in run_root.rglob("records/*.jsonl"))
-
-
 def _comparable(rec: dict) -> tuple:
     return (rec["key"], rec["output"], rec["decision"], rec["answer"], rec["gate_pass"], rec["correct"],
             rec["prompt_sha256"], rec["memory_bytes"])
@@ -49,27 +43,16 @@ def _comparable(rec: dict) -> tuple:
 
 def test_sigkill_at_random_points_loses_and_duplicates_nothing(tiny, tmp_path):
     cache = tmp_path / "cache"
-    ref = apm_run(tiny, tmp_path / "ref", cache)
-    assert ref.wait(timeout=300) == 0, ref.stdout.read().decode()
-    (ref_dir,) = [p.parent for p in (tmp_path / "ref").rglob("records")]
+    ref_dir = finished(apm_run(tiny, tmp_path / "ref", cache), tmp_path / "ref")
     expected = sorted(_comparable(r) for r in records(ref_dir))
 
     out = tmp_path / "killed"
     rng = random.Random(7)
     kills = 0
     for target in sorted(rng.sample(range(5, len(expected) - 5), 3)):
-        proc = apm_run(tiny, out, cache)
-        deadline = time.time() + 120
-        while proc.poll() is None and _lines(out) < target and time.time() < deadline:
-            time.sleep(0.02)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait(timeout=60)
-    final = apm_run(tiny, out, cache)
-    assert final.wait(timeout=300) == 0, final.stdout.read().decode()
+        kills += kill_after(apm_run(tiny, out, cache), out, target)
+    run_dir = finished(apm_run(tiny, out, cache), out)
     assert kills >= 2
-    (run_dir,) = [p.parent for p in out.rglob("records")]
     got = records(run_dir)
     assert len({r["key"] for r in got}) == len(got), "duplicate records"
     assert sorted(_comparable(r) for r in got) == expected

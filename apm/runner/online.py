@@ -41,6 +41,7 @@ from apm.runner.outcome import judge_output
 from apm.runner.records import JsonlAppender, latest_by, latest_records, read_folder
 from apm.runner.request import prepare_instance, state_dir_of
 from apm.runner.stops import FailFast
+from apm.streaming.base import StreamingSystem
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError
 from apm.video.frames import Frame
@@ -55,7 +56,7 @@ class RunSetup:
     run_dir: Path
     run_info: dict[str, str]
     """``dataset``, ``memory``, ``backbone``, ``config_hash``: copied onto every record."""
-    protocol: MemoryProtocol
+    protocol: MemoryProtocol | StreamingSystem
     backbone: Any
     writer: Any
     cache: FrameCache
@@ -311,6 +312,10 @@ class OnlineRun:
 
     async def _trajectory(self, traj: Trajectory, by_session, on_record: dict, memory_done: dict) -> None:
         s = self.setup
+        if isinstance(s.protocol, StreamingSystem):  # it ingests the stream itself: apm.runner.streaming
+            from apm.runner.streaming import replay_trajectory
+
+            return await replay_trajectory(self, traj, by_session, on_record, memory_done)
         state_dir = state_dir_of(s, traj)
         recorded = recorded_lines(traj, memory_done)
         kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded])
@@ -345,6 +350,12 @@ class OnlineRun:
             began = time.perf_counter()
             facts = await s.protocol.end_session(view, state_dir, s.writer)
             update_s = time.perf_counter() - began
+        return await self._memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
+
+    async def _memory_line(self, traj: Trajectory, session: Session, state_dir: Path, prior_seconds: int,
+                           update_s: float, facts: dict[str, Any]) -> dict[str, Any]:
+        """Measure the state a session's update left and append its memory line (returned)."""
+        s = self.setup
         state = await asyncio.to_thread(state_manifest, state_dir)
         error = facts.pop("error", None)
         self.stats.errors += error is not None
@@ -389,7 +400,10 @@ class OnlineRun:
                 finally:
                     self._in_flight -= 1
                 response = replace(response, truncation=response.truncation or budget)
-        record = make_record(s, inst, traj, prepared, response, prep_s, shown, in_flight)
+        self._keep(make_record(s, inst, traj, prepared, response, prep_s, shown, in_flight), response)
+
+    def _keep(self, record: dict[str, Any], response: Response) -> None:
+        """Append an instance's record, count it and pass it on; stop when the endpoint keeps failing."""
         self._records.append(record)
         self.stats.new += 1
         self.stats.errors += record["error"] is not None

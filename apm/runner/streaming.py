@@ -1,0 +1,215 @@
+"""The replay of a trajectory through a streaming memory system (``apm.streaming.base``).
+
+Per session, in order: ``begin`` from the state exported after the previous session; the session's
+1-FPS frames (from the frame cache) and user turns in wall-clock order, each one ``observe_*`` call
+(a timed memory update); at each probe time, once everything up to it is observed and nothing after
+it, ``answer`` for each instance probed then; at the end ``export``, whose state is measured and
+recorded as every protocol's memory line. One session replays at a time per run (the system keeps
+in-session state on itself); shards run in parallel.
+
+Resume: a session's in-session state is never saved, so a crash loses it. A rerun puts the state
+folder back to the newest state on record that it still holds whole and that precedes the first
+session with an instance not on record, replays every session from there (from its start, so its
+state is rebuilt exactly) and answers only what is not on record (docs/records.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from apm.backbones.base import Message, Request, Response
+from apm.data.instances import Instance, Turn
+from apm.data.model import Session, Trajectory
+from apm.memory.base import History
+from apm.prompts import system_prompt
+from apm.runner.context import build_parts, prompt_digest
+from apm.runner.online import (
+    NO_MEMORY,
+    make_record,
+    recorded_lines,
+    restore_state,
+    session_frames,
+    session_interactions,
+)
+from apm.runner.request import state_dir_of
+from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
+from apm.video.frames import Frame
+from apm.video.select import CausalityError
+
+if TYPE_CHECKING:
+    from apm.runner.online import OnlineRun, RunSetup
+
+EVERY_FRAME = 1 << 30
+"""``session_frames`` limit that keeps every cached frame of a session."""
+
+_STREAMS: weakref.WeakKeyDictionary[OnlineRun, asyncio.Lock] = weakref.WeakKeyDictionary()
+"""One lock per run: a system holds one session's state at a time."""
+
+
+@dataclass
+class UpdateClock:
+    """The memory updates of a session so far: their total time and the last one's."""
+
+    total: float = 0.0
+    last: float | None = None
+
+    async def timed(self, update: Awaitable[None]) -> None:
+        """Await one update and count its time."""
+        began = time.perf_counter()
+        await update
+        self.last = time.perf_counter() - began
+        self.total += self.last
+
+
+def stream_events(session: Session, frames: tuple[Frame, ...],
+                  turns: tuple[Turn, ...]) -> list[tuple[float, Frame | Turn]]:
+    """The session's frames and turns as ``(absolute time, event)`` in time order (a frame before a turn
+    of the same instant); a frame's time is its session start plus its exact video offset."""
+    timed: list[tuple[float, int, Frame | Turn]] = [(session.start + f.offset, 0, f) for f in frames]
+    timed += [(float(t.time), 1, t) for t in turns]
+    timed.sort(key=lambda e: (e[0], e[1]))
+    return [(at, event) for at, _, event in timed]
+
+
+def check_causal(trajectory: Trajectory, instance: Instance, frames: tuple[Frame, ...]) -> None:
+    """Raise ``CausalityError`` unless every frame lies in a visible session and not after the probe."""
+    for f in frames:
+        if f.session not in instance.visible_sessions:
+            raise CausalityError(f"{instance.key}: a frame of {f.session}, not among {instance.visible_sessions}")
+        if trajectory.session(f.session).start + f.offset > instance.probe_time:
+            raise CausalityError(f"{instance.key}: a frame at {f.label} after the probe time {instance.probe_label}")
+
+
+def check_history(instance: Instance, history: History) -> None:
+    """Raise ``CausalityError`` unless every note is of a visible earlier session and no turn is after the probe."""
+    earlier = instance.visible_sessions[:-1]
+    for session, _ in history.notes:
+        if session.key not in earlier:
+            raise CausalityError(f"{instance.key}: a note of {session.key}, not among the earlier sessions {earlier}")
+    for turn in history.turns:
+        if turn.time > instance.probe_time:
+            raise CausalityError(f"{instance.key}: a turn at {turn.time} after the probe time {instance.probe_label}")
+
+
+def compose_request(setup: RunSetup, trajectory: Trajectory, instance: Instance, history: History,
+                    frames: tuple[Frame, ...]) -> Request:
+    """The run's request layout (``apm.runner.context``) around what a system chose to show, checked."""
+    check_causal(trajectory, instance, frames)
+    check_history(instance, history)
+    messages = (
+        Message.text("system", system_prompt()),
+        Message("user", tuple(build_parts(trajectory, instance, history, list(frames))), time=instance.probe_time),
+    )
+    return Request(messages=messages, settings=setup.settings, instance=instance, request_id=instance.key)
+
+
+def _missing(instances: list[Instance], on_record: dict[str, Any], shown: dict[str, Any]) -> bool:
+    """Whether an instance is not on record with the memory it would be shown (``shown``)."""
+    return any(on_record.get(i.key, {}).get("memory_sha256") != shown["state_sha256"] for i in instances)
+
+
+def first_replay(recorded: list[dict[str, Any]], instances: list[list[Instance]], on_record: dict[str, Any]) -> int:
+    """The first session to replay: the first whose update is not on record, or an earlier one with an
+    instance that is not (its in-session state is gone, so it is replayed from its start)."""
+    for index in range(len(recorded)):
+        if _missing(instances[index], on_record, recorded[index - 1] if index else NO_MEMORY):
+            return index
+    return len(recorded)
+
+
+async def replay_trajectory(run: OnlineRun, traj: Trajectory, by_session, on_record: dict, memory_done: dict) -> None:
+    """Replay the trajectory's sessions that are not wholly on record, in order (module docstring)."""
+    s = run.setup
+    state_dir = state_dir_of(s, traj)
+    instances = [by_session.get((traj.trajectory_id, x.key), []) for x in traj.sessions]
+    recorded = recorded_lines(traj, memory_done)
+    redo = first_replay(recorded, instances, on_record)
+    kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded[:redo]])
+    shown = NO_MEMORY
+    prior_seconds = 0
+    lock = _STREAMS.setdefault(run, asyncio.Lock())
+    for session in traj.sessions:
+        todo = run._todo(instances[session.index], on_record, shown)
+        prior_seconds += session.duration
+        if session.index < kept:
+            shown = recorded[session.index]
+            continue
+        async with lock, run._sem:
+            shown = await replay_session(run, traj, session, state_dir, todo, shown, prior_seconds)
+
+
+async def replay_session(run: OnlineRun, traj: Trajectory, session: Session, state_dir: Path,
+                         todo: list[Instance], shown: dict[str, Any], prior_seconds: int) -> dict[str, Any]:
+    """One session through the system: begin, observe and answer in time order, export; returns its memory line."""
+    s = run.setup
+    system: StreamingSystem = s.protocol
+    frames = await asyncio.to_thread(session_frames, s.cache, session, EVERY_FRAME)
+    events = stream_events(session, frames, session_interactions(s.release, traj, session))
+    probes = sorted(todo, key=lambda i: (i.probe_time, i.key))
+    clock = UpdateClock()
+    await system.begin(SessionContext(traj, session, state_dir, s.backbone, s.writer))
+    for at, event in events:
+        while probes and probes[0].probe_time < at:
+            await answer_probe(run, traj, probes.pop(0), clock, shown)
+        observed = system.observe_frame(event) if isinstance(event, Frame) else system.observe_turn(event)
+        await clock.timed(observed)
+    for inst in probes:
+        await answer_probe(run, traj, inst, clock, shown)
+    began = time.perf_counter()
+    facts = await system.export(state_dir)
+    update_s = time.perf_counter() - began
+    facts = {**facts, "observe_s": clock.total}
+    return await run._memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
+
+
+async def answer_probe(run: OnlineRun, traj: Trajectory, inst: Instance, clock: UpdateClock,
+                       shown: dict[str, Any]) -> None:
+    """Ask the system one instance from its current state and keep the record."""
+    s = run.setup
+    probe = Probe(inst, traj, partial(compose_request, s, traj, inst))
+    run._in_flight += 1
+    in_flight = run._in_flight
+    began = time.perf_counter()
+    try:
+        answer = await s.protocol.answer(probe)
+    except CausalityError:
+        raise  # a system that shows the future is a bug: stop rather than record invalid results
+    except Exception as e:  # noqa: BLE001 — a failed answer is recorded; the run goes on
+        answer = Answer(Response(error=f"answer failed: {type(e).__name__}: {e}", attempts=0))
+    finally:
+        run._in_flight -= 1
+    wall = time.perf_counter() - began
+    check_causal(traj, inst, answer.frames)
+    run._keep(streaming_record(s, inst, traj, answer, wall, clock, shown, in_flight), answer.response)
+
+
+def streaming_record(setup: RunSetup, inst: Instance, traj: Trajectory, answer: Answer, wall: float,
+                     clock: UpdateClock, shown: dict[str, Any], in_flight: int) -> dict[str, Any]:
+    """The instance record (``make_record``) with what the answer drew on and the latency of a streaming
+    system (docs/records.md, "Latency"): ``ttft_s`` runs from the last required update (streaming) or
+    from the start of the causal prefix's processing; ``rtf`` always covers the whole prefix."""
+    response = answer.response
+    streaming = setup.protocol.streaming
+    before_generation = max(0.0, wall - response.total_s)
+    lead = 0.0 if streaming else clock.total
+    record = make_record(setup, inst, traj, None, response, lead + before_generation, shown, in_flight)
+    request = answer.request
+    record["frames"] = [f.describe() for f in answer.frames or (request.frames if request else ())]
+    record["prompt_sha256"] = prompt_digest(request.messages) if request else None
+    latency = record["latency"]
+    ttft, prefix = latency["ttft_s"], latency["prefix_s"]
+    processed = None if ttft is None else ttft + (clock.total if streaming else 0.0)
+    latency.update(
+        ttft_from="last_update" if streaming else "causal_prefix",
+        update_s=clock.last,
+        observe_s=clock.total,
+        rtf=processed / prefix if processed is not None and prefix > 0 else None,
+    )
+    return record

@@ -1,0 +1,154 @@
+"""The streaming-system contract (DESIGN.md, "Streaming memory systems"; docs/streaming-systems.md).
+
+A streaming memory system ingests the stream itself, as the paper's specialised systems do (KV
+caches, visual tokens, event trees, parametric memory, reasoning thoughts). The runner replays each
+session in wall-clock order, one session at a time per system object:
+
+1. ``begin(context)``: the session starts; ``context.state_dir`` holds exactly what ``export`` left
+   after the previous session of the trajectory (nothing before the first).
+2. ``observe_frame(frame)`` for each 1-FPS frame of the frame cache and ``observe_turn(turn)`` for
+   each user turn, in time order — never one after the probe being answered.
+3. ``answer(probe)`` at each probe time, from the state as it is then. Probes are independent: an
+   answer must leave the in-session state as it found it (answer from a fork, or on a path that
+   does not write), so what a later probe sees never depends on which probes were asked.
+4. ``export(state_dir)`` at the session end: write the persistent state; its bytes on disk are
+   measured like every memory protocol's (Eq. 2, Table 10).
+
+Every call of a session depends only on the state folder, the session's stream and the engines, so
+a session replayed after a crash rebuilds the same state. A new system is one subclass plus one
+YAML file under ``conf/memory/`` (its ``_target_``), inside or outside this package.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from apm.backbones.base import Request, Response
+from apm.data.ids import session_path
+from apm.data.instances import Instance, Turn
+from apm.data.model import Session, Trajectory
+from apm.memory.base import History
+from apm.video.frames import Frame
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What a session starts from: where it lies, the state exported before it, and the run's engines."""
+
+    trajectory: Trajectory
+    session: Session
+    state_dir: Path
+    """The trajectory's state folder, as ``export`` left it after the previous session."""
+    backbone: Any
+    """The run's backbone: a system without a model of its own answers through it."""
+    writer: Any
+    """The run's writer backbone (the backbone itself unless ``writer=`` is set): text it keeps in memory."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One instance to answer now; ``request`` builds the run's one request layout from what the system shows."""
+
+    instance: Instance
+    trajectory: Trajectory
+    compose: Callable[[History, tuple[Frame, ...]], Request] = field(repr=False)
+
+    def request(self, frames: Sequence[Frame] = (), notes: Iterable[tuple[Session, str]] = (),
+                turns: Iterable[Turn] = ()) -> Request:
+        """The instance's request with these frames (oldest first), text memories and earlier-session turns;
+        the current session's own turns, the time and the probe prompt are added as for every protocol."""
+        return self.compose(History(notes=tuple(notes), turns=tuple(turns)), tuple(frames))
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a system answered: the response, and what it was based on (for the record)."""
+
+    response: Response
+    """Text, timing (``ttft_s`` from the start of generation, ``total_s``), tokens, error: as a backbone's."""
+    request: Request | None = None
+    """The request the answer was generated from, if any: its prompt digest (and frames) go on the record."""
+    frames: tuple[Frame, ...] = ()
+    """The frames the answer drew on, where the request does not carry them (a system's own cache): only
+    their session, offset and wall clock are recorded."""
+
+
+class StreamingSystem(abc.ABC):
+    """Base class of streaming memory systems; the runner drives one session at a time through it."""
+
+    name: str = "Streaming memory system"
+    """How tables print the system; a config's ``name`` overrides it."""
+    streaming: bool = True
+    """Takes streaming input (Table 3): latency runs from the last required update to the first token.
+    False: the system processes the causal prefix when asked, and latency covers that processing."""
+    persistent: bool = True
+    """Exports state that later sessions read (Table 3's "Persistent" column)."""
+
+    def __init__(self, name: str | None = None):
+        if name:
+            self.name = name
+
+    @abc.abstractmethod
+    async def begin(self, context: SessionContext) -> None:
+        """Start ``context.session`` from the state in ``context.state_dir``; drop any earlier in-session state."""
+
+    @abc.abstractmethod
+    async def observe_frame(self, frame: Frame) -> None:
+        """Ingest the frame recorded at ``frame.wall_clock`` (video offset ``frame.offset``): a memory update."""
+
+    async def observe_turn(self, turn: Turn) -> None:
+        """Ingest what the user said at ``turn.time`` (an ERA question, a registration); default: ignore it."""
+
+    @abc.abstractmethod
+    async def answer(self, probe: Probe) -> Answer:
+        """Answer ``probe.instance`` from the current state, leaving that state unchanged."""
+
+    @abc.abstractmethod
+    async def export(self, state_dir: Path) -> dict[str, Any]:
+        """Write the persistent state after the session into ``state_dir``; return facts for its memory
+        line (``{"error": why}`` among them when the update failed: ``rerun_errors=true`` redoes it)."""
+
+
+def own_turns(turns: Iterable[Turn], probe: Probe) -> list[Turn]:
+    """The kept turns an instance may be shown: its own candidate's, said in its visible earlier sessions."""
+    inst = probe.instance
+    earlier = [probe.trajectory.session(k) for k in inst.visible_sessions[:-1]]
+    return [t for t in turns if t.candidate_id == inst.candidate_id and any(s.contains(t.time) for s in earlier)]
+
+
+class TurnLog:
+    """What the user said, as a system keeps it: the earlier sessions' turns (read back from their state
+    files) and this session's (to export with it)."""
+
+    def __init__(self) -> None:
+        self.earlier: list[Turn] = []
+        self.now: list[Turn] = []
+
+    def read(self, kept: dict[str, Any]) -> None:
+        """Add an earlier session's turns, as ``to_json`` wrote them into its state file's ``turns``."""
+        self.earlier += [Turn(t["kind"], t["time"], t["text"], t["candidate_id"]) for t in kept["turns"]]
+
+    def hear(self, turn: Turn) -> None:
+        """Keep a turn of this session."""
+        self.now.append(turn)
+
+    def shown(self, probe: Probe) -> list[Turn]:
+        """The earlier turns the probe's instance may be shown (:func:`own_turns`)."""
+        return own_turns(self.earlier, probe)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """This session's turns as plain JSON objects, for its state file."""
+        return [{"kind": t.kind, "time": t.time, "text": t.text, "candidate_id": t.candidate_id} for t in self.now]
+
+
+def earlier_states(context: SessionContext, suffix: str) -> list[tuple[Session, Path, Any]]:
+    """Each earlier session's JSON state file ending ``suffix`` that is in the state folder, with its
+    content, oldest first."""
+    earlier = context.trajectory.sessions[: context.session.index]
+    found = [(s, session_path(context.state_dir, s, suffix)) for s in earlier]
+    return [(s, path, json.loads(path.read_text(encoding="utf-8"))) for s, path in found if path.exists()]

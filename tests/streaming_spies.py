@@ -1,0 +1,109 @@
+"""Streaming systems for tests: a spy that reads the pixel code of every frame it is fed, and a leaky
+variant whose answers change its state (what the independence test must catch)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from apm.backbones.base import Request, Response
+from apm.backbones.baselines import RandomBaseline
+from apm.data.ids import session_path
+from apm.records.atomic import write_atomically
+from apm.streaming import Answer, Probe, SessionContext, StreamingSystem
+from apm.streaming.base import earlier_states
+from apm.synth.render import read_scene
+from apm.video.frames import Frame
+from apm.video.pixelcode import read_code
+
+
+class PixelSpy(StreamingSystem):
+    """Keeps the wall-clock second each observed frame shows on its pixels, and what the user said.
+
+    ``ANSWERED`` maps each instance key to what the spy had observed when asked it; its answer names a
+    digest of its whole state (earlier sessions' exports and this session so far), so two runs give
+    the same outputs only if every probe saw the same state.
+    """
+
+    name = "Pixel Spy (test)"
+    ANSWERED: dict[str, dict[str, Any]] = {}
+    FED: dict[tuple[str, str], list[int]] = {}
+    """(trajectory, session) -> every second observed, in order, over all replays of the session."""
+
+    def __init__(self, delay_s: float = 0.0, name: str | None = None):
+        super().__init__(name)
+        self.delay_s = delay_s
+        """How long each answer takes (a kill test stops a run in the middle)."""
+
+    async def begin(self, context: SessionContext) -> None:
+        self.context = context
+        self.earlier = [kept for _, _, kept in earlier_states(context, ".spy.json")]
+        self.seconds: list[int] = []
+        self.turns: list[str] = []
+
+    async def observe_frame(self, frame: Frame) -> None:
+        shown = read_code(frame.pixels())
+        assert shown == frame.wall_clock, (frame, shown)
+        self.seconds.append(shown)
+        PixelSpy.FED.setdefault((self.context.trajectory.trajectory_id, self.context.session.key), []).append(shown)
+
+    async def observe_turn(self, turn) -> None:
+        self.turns.append(f"{turn.time}:{turn.kind}:{turn.candidate_id}")
+
+    def digest(self) -> str:
+        """SHA-256 of everything the spy holds now."""
+        state = [self.earlier, self.seconds, self.turns]
+        return hashlib.sha256(json.dumps(state).encode()).hexdigest()[:16]
+
+    async def answer(self, probe: Probe) -> Answer:
+        await asyncio.sleep(self.delay_s)
+        PixelSpy.ANSWERED[probe.instance.key] = {
+            "probe_time": probe.instance.probe_time, "session": probe.instance.session,
+            "last_seen": max(self.seconds, default=None), "seen": len(self.seconds), "state": self.digest(),
+        }
+        return Answer(Response(text=f"state {self.digest()}", ttft_s=0.0, total_s=0.0, finish_reason="stop"))
+
+    async def export(self, state_dir: Path) -> dict:
+        kept = {"session": self.context.session.key, "seconds": self.seconds, "turns": self.turns}
+        write_atomically(session_path(state_dir, self.context.session, ".spy.json"), json.dumps(kept).encode())
+        return {"observed": len(self.seconds)}
+
+
+class LeakySpy(PixelSpy):
+    """A spy whose answering writes into its state: later probes see which probes were asked."""
+
+    async def answer(self, probe: Probe) -> Answer:
+        self.turns.append(f"asked {probe.instance.key}")
+        return await super().answer(probe)
+
+
+class BackboneSpy(PixelSpy):
+    """A spy that answers through the run's backbone, showing the latest frame it observed."""
+
+    async def begin(self, context: SessionContext) -> None:
+        await super().begin(context)
+        self.latest: Frame | None = None
+
+    async def observe_frame(self, frame: Frame) -> None:
+        await super().observe_frame(frame)
+        self.latest = frame
+
+    async def answer(self, probe: Probe) -> Answer:
+        await super().answer(probe)
+        request = probe.request(frames=[self.latest] if self.latest else [])
+        return Answer(await self.context.backbone.generate(request), request)
+
+
+class SceneWriter(RandomBaseline):
+    """A writer that describes the frames it is shown from their pixels (the synthetic scene read back):
+    real, deterministic text for event descriptions, without a model (configured like ``random``)."""
+
+    async def generate(self, request: Request) -> Response:
+        scenes = [read_scene(f.pixels()) for f in request.frames]
+        words = [f"{s['action']}, tray with {s['count']} items, "
+                 + ", ".join(f"{c} object on the {z}" for z, c in s["zones"].items() if c) for s in scenes]
+        text = "; ".join(dict.fromkeys(words))
+        return Response(text=text, ttft_s=0.0, total_s=0.0, finish_reason="stop")
