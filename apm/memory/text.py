@@ -113,13 +113,22 @@ class Retrieval(TextSummary):
 
     def _scores(self, query: str, docs: list[str]) -> list[float]:
         if self.method == "bm25":
-            import bm25s
-
-            retriever = bm25s.BM25()
-            retriever.index(bm25s.tokenize(docs, show_progress=False), show_progress=False)
-            query_tokens = bm25s.tokenize(query, show_progress=False, return_ids=False)[0]
-            return [float(x) for x in retriever.get_scores(query_tokens)]
+            return bm25_scores(query, docs)
         return _embedding_scores(self.embedding_model, query, docs)
+
+
+def bm25_scores(query: str, docs: list[str]) -> list[float]:
+    """BM25 score (bm25s, English stop words dropped) of each of ``docs`` for ``query``; all 0 when the
+    query or the documents have no word to match (bm25s cannot index or score nothing)."""
+    import bm25s
+
+    corpus = bm25s.tokenize(docs, show_progress=False)
+    query_tokens = bm25s.tokenize(query, show_progress=False, return_ids=False)[0]
+    if not corpus.vocab or not query_tokens:
+        return [0.0] * len(docs)
+    retriever = bm25s.BM25()
+    retriever.index(corpus, show_progress=False)
+    return [float(x) for x in retriever.get_scores(query_tokens)]
 
 
 def _embedding_scores(model_name: str, query: str, docs: list[str]) -> list[float]:

@@ -1,0 +1,156 @@
+"""Event memory, in the spirit of StreamForest and OASIS: the stream cut into events at scene changes.
+
+As frames arrive, a cut is made where consecutive frames differ on their pixels (mean absolute
+difference of small thumbnails, the top and bottom ``margin`` left out: clock and caption strips are
+not the scene) once the open event has lasted ``min_event_s``, or when it reaches ``max_event_s``.
+Each closed event keeps its middle frame as keyframe and a one-sentence description written by the
+run's writer backbone from ``describe_frames`` of its frames. A probe retrieves the ``top_k`` events
+whose descriptions match the instance best (BM25, as ``retrieval_bm25``; only matches above 0) from
+the visible sessions and the current one, and answers through the run's backbone with their
+keyframes, the earlier sessions' descriptions as text memory, and the ``recent_frames`` latest frames.
+
+State per session: ``<session>.events.json`` (events, descriptions, the user's turns) and one
+``<session>.<second>.jpg`` keyframe per event.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart
+from apm.data import clock
+from apm.data.ids import session_path
+from apm.data.instances import Turn
+from apm.data.model import Session
+from apm.memory.text import bm25_scores, instance_query
+from apm.records.atomic import write_atomically
+from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
+from apm.video.frames import Frame
+from apm.video.select import uniform_indices
+
+DESCRIBE = ("You watch a short event from an egocentric video. Describe in one sentence what is visible "
+            "and what the wearer does: objects, colours, places, any words shown.")
+
+
+@dataclass(frozen=True)
+class Event:
+    """A stretch of one session between two scene changes, with its keyframe and description."""
+
+    session: Session
+    start: int
+    end: int
+    keyframe: Frame
+    description: str
+
+    def note(self) -> str:
+        """The event as a line of text memory: its time span and description."""
+        return f"[{clock.label(self.start)} to {clock.split(self.end)[1]}] {self.description}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "keyframe": self.keyframe.wall_clock,
+                "offset": self.keyframe.offset, "description": self.description}
+
+
+def thumbnail(frame: Frame, margin: float, size: tuple[int, int] = (32, 24)) -> np.ndarray:
+    """The frame shrunk to ``size`` without its top and bottom ``margin`` (a fraction of its height)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(frame.jpeg)) as im:
+        width, height = im.size
+        box = (0, round(height * margin), width, round(height * (1 - margin)))
+        return np.asarray(im.convert("RGB").crop(box).resize(size, Image.BILINEAR), np.float32)
+
+
+def change(a: np.ndarray, b: np.ndarray) -> float:
+    """How much two thumbnails differ: mean absolute difference over pixels and channels (0–255)."""
+    return float(np.abs(a - b).mean())
+
+
+class EventMemory(StreamingSystem):
+    """Event-structured memory: events cut on pixels, described by the writer, retrieved with BM25."""
+
+    name = "Event Memory"
+
+    def __init__(self, cut: float = 4.0, min_event_s: int = 4, max_event_s: int = 60, margin: float = 0.1,
+                 describe_frames: int = 4, max_tokens: int = 48, top_k: int = 3, recent_frames: int = 4,
+                 name: str | None = None):
+        super().__init__(name)
+        self.cut, self.min_event_s, self.max_event_s, self.margin = cut, min_event_s, max_event_s, margin
+        self.describe_frames, self.max_tokens = describe_frames, max_tokens
+        self.top_k, self.recent_frames = top_k, recent_frames
+
+    async def begin(self, context: SessionContext) -> None:
+        self.context = context
+        self.earlier: list[Event] = []
+        self.turns = TurnLog()
+        for session, _, kept in earlier_states(context, ".events.json"):
+            self.earlier += [self._load(session, e) for e in kept["events"]]
+            self.turns.read(kept)
+        self.events: list[Event] = []
+        self.open: list[Frame] = []
+        self.latest: list[Frame] = []
+        self.last: np.ndarray | None = None
+        self.errors: list[str] = []
+
+    def _load(self, session: Session, kept: dict[str, Any]) -> Event:
+        """An earlier session's event, its keyframe read from the state folder."""
+        jpeg = session_path(self.context.state_dir, session, f".{kept['keyframe']}.jpg").read_bytes()
+        frame = Frame(session.key, kept["offset"], kept["keyframe"], jpeg)
+        return Event(session, kept["start"], kept["end"], frame, kept["description"])
+
+    async def observe_frame(self, frame: Frame) -> None:
+        thumb = thumbnail(frame, self.margin)
+        scene_changed = self.last is not None and change(thumb, self.last) > self.cut
+        long_enough = len(self.open) >= self.min_event_s
+        if self.open and (scene_changed and long_enough or len(self.open) >= self.max_event_s):
+            await self._close()
+        self.open.append(frame)
+        self.latest = [*self.latest, frame][-self.recent_frames :] if self.recent_frames else []
+        self.last = thumb
+
+    async def observe_turn(self, turn: Turn) -> None:
+        self.turns.hear(turn)
+
+    async def _close(self) -> None:
+        """Close the open event: keep its middle frame and the writer's description of it."""
+        frames = self.open
+        self.open = []
+        shown = [frames[i] for i in uniform_indices(len(frames), self.describe_frames)]
+        session = self.context.session
+        parts = (TextPart(DESCRIBE), *(FramePart(f) for f in shown), TextPart("Description:"))
+        request = Request(messages=(Message("user", parts),), settings=GenerationSettings(max_tokens=self.max_tokens),
+                          request_id=f"{self.context.trajectory.trajectory_id}/{session.key}/event@{frames[0].label}")
+        response = await self.context.writer.generate(request)
+        if response.error:
+            self.errors.append(response.error)
+        start, end = frames[0].wall_clock, frames[-1].wall_clock
+        self.events.append(Event(session, start, end, frames[len(frames) // 2], response.text.strip()))
+
+    async def answer(self, probe: Probe) -> Answer:
+        visible = set(probe.instance.visible_sessions)
+        pool = [e for e in self.earlier if e.session.key in visible] + self.events
+        scores = bm25_scores(instance_query(probe.instance), [e.description for e in pool]) if pool else []
+        ranked = sorted(range(len(pool)), key=lambda i: (-scores[i], i))
+        chosen = [pool[i] for i in sorted(i for i in ranked[: self.top_k] if scores[i] > 0)]
+        order = {s.key: s.index for s in probe.trajectory.sessions}
+        frames = sorted({*(e.keyframe for e in chosen), *self.latest}, key=lambda f: (order[f.session], f.offset))
+        notes = [(e.session, e.note()) for e in chosen if e.session != self.context.session]
+        request = probe.request(frames=frames, notes=notes, turns=self.turns.shown(probe))
+        return Answer(await self.context.backbone.generate(request), request)
+
+    async def export(self, state_dir: Path) -> dict[str, Any]:
+        if self.open:
+            await self._close()
+        for event in self.events:
+            keyframe = event.keyframe
+            write_atomically(session_path(state_dir, event.session, f".{keyframe.wall_clock}.jpg"), keyframe.jpeg)
+        kept = {"events": [e.to_json() for e in self.events], "turns": self.turns.to_json()}
+        write_atomically(session_path(state_dir, self.context.session, ".events.json"), json.dumps(kept).encode())
+        return {"events": len(self.events), "writer_errors": len(self.errors),
+                "error": self.errors[0] if self.errors else None}

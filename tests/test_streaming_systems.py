@@ -1,0 +1,144 @@
+"""The two reference streaming systems end to end on the tiny release: the KV-cache memory on the tiny
+Qwen2-VL's real cache, the event memory cut on pixels and retrieved with BM25; both under apm-run,
+their state measured on disk and their answers independent of which probes are asked."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runner_helpers import compose_run, memory_records, records, run
+from test_streaming_contract import assert_storage_is_on_disk
+from tiny_vlm import tiny_model  # noqa: F401  (fixture)
+
+from apm.data.release import load_release
+from apm.streaming.kv_cache import encode_chunk
+from apm.synth import generate
+from apm.video.cache import FrameCache
+from apm.video.frames import Frame
+
+pytestmark = pytest.mark.slow
+EVENTS = ["memory=event_memory", "backbone=random", "+backbone@writer=random",
+          "writer._target_=streaming_spies.SceneWriter"]
+
+
+def first_trajectory(release: Path, out: Path) -> Path:
+    """A copy of ``release`` holding only its first trajectory (its sessions, candidates and videos)."""
+    trajectories = json.loads((release / "trajectories.json").read_text())[:1]
+    keep = trajectories[0]["trajectory_id"]
+    out.mkdir(parents=True)
+    (out / "trajectories.json").write_text(json.dumps(trajectories))
+    for name in ("candidates.jsonl", "ea_candidates.jsonl"):
+        lines = (release / name).read_text().splitlines()
+        (out / name).write_text("".join(x + "\n" for x in lines if json.loads(x)["trajectory_id"] == keep))
+    shutil.copytree(release / "videos" / keep, out / "videos" / keep)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
+
+
+@pytest.fixture(scope="module")
+def one(tiny, tmp_path_factory) -> Path:
+    return first_trajectory(tiny, tmp_path_factory.mktemp("one") / "rel")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def _kv(model: Path, tasks: str) -> list[str]:
+    return ["memory=kv_cache", "backbone=tiny_qwen2vl_hf", f"backbone.model={model}", "generation.max_tokens=6",
+            f"dataset.tasks=[{tasks}]"]
+
+
+def _assert_causal(run_dir: Path, release: Path) -> None:
+    """Every frame an answer drew on is of a visible session and not after the probe."""
+    loaded = load_release(release)
+    for r in records(run_dir):
+        traj = loaded.trajectory(r["trajectory_id"])
+        current = traj.session(f"{r['day_id']}/{r['session_id']}")
+        for f in r["frames"]:
+            assert traj.session(f["session"]).index <= current.index
+            assert f["session"] != current.key or f["wall_clock"] <= r["probe_time"]
+
+
+def test_kv_cache_memory_keeps_the_models_own_cache_and_answers_from_it(one, cache, tiny_model, tmp_path):  # noqa: F811
+    run_dir = run(compose_run(one, tmp_path / "runs", cache, _kv(tiny_model, "ER,ERA,EA")))
+    recs = records(run_dir)
+    assert recs and all(r["error"] is None and r["tokens"]["completion"] > 0 for r in recs)
+    assert all(r["latency"]["ttft_from"] == "last_update" and r["latency"]["ttft_s"] > 0 for r in recs)
+    _assert_causal(run_dir, one)
+    for r in (r for r in recs if r["task"] == "EA"):  # only the two latest completed sessions
+        traj = load_release(one).trajectory(r["trajectory_id"])
+        index = traj.session(f"{r['day_id']}/{r['session_id']}").index
+        assert all(traj.session(f["session"]).index >= index - 2 for f in r["frames"])
+    lines = sorted(memory_records(run_dir), key=lambda m: m["session_index"])
+    assert all(m["chunks"] > 0 for m in lines) and [m["bytes"] for m in lines] == sorted({m["bytes"] for m in lines})
+    assert_storage_is_on_disk(run_dir)
+
+    state = run_dir / "memory_state" / "syn001"
+    index = json.loads(next(state.glob("0000_*.kv.json")).read_text())
+    with np.load(next(state.glob("0000_*.kv.npz"))) as kept:
+        keys = kept["keys0"]
+    assert keys.dtype == np.float16 and keys.shape == (2, 1, index["chunks"][0]["tokens"], 32)
+    from transformers import AutoModelForImageTextToText, AutoProcessor  # after apm's torchvision fix
+
+    session = load_release(one).trajectories[0].sessions[0]
+    entry = FrameCache(cache).entry(session.video)
+    frames = [Frame(session.key, o, s, entry.jpeg(int(o))) for o, s in index["chunks"][0]["frames"]]
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model).eval()
+    again, _, _, _ = encode_chunk(AutoProcessor.from_pretrained(tiny_model), model, frames)
+    np.testing.assert_allclose(keys.astype(np.float32), again, atol=2e-3)  # the model's own keys, as kept
+
+    subset = run(compose_run(one, tmp_path / "subset", cache, _kv(tiny_model, "ER")))
+    asked = {r["key"]: r["output"] for r in records(subset)}
+    assert asked and all({r["key"]: r["output"] for r in recs}[k] == out for k, out in asked.items())
+
+
+def test_event_memory_cuts_events_where_the_scene_changes(tiny, cache, tmp_path):
+    run_dir = run(compose_run(tiny, tmp_path / "runs", cache, EVENTS))
+    recs = records(run_dir)
+    assert len(recs) == 150 and all(r["error"] is None for r in recs)
+    _assert_causal(run_dir, tiny)
+    earlier = [f for r in recs if r["task"] == "ER" for f in r["frames"]
+               if f["session"] != f"{r['day_id']}/{r['session_id']}"]
+    assert earlier  # cross-session questions retrieve earlier sessions' events
+    assert_storage_is_on_disk(run_dir)
+    world = json.loads((tiny / "synth_world.json").read_text())
+    cuts = hits = 0
+    for traj in world["trajectories"]:
+        for s in traj["sessions"]:
+            state = run_dir / "memory_state" / traj["trajectory_id"]
+            kept = json.loads(next(state.glob(f"*_{s['day_id']}_{s['session_id']}.events.json")).read_text())
+            changes = {seg["start"] for seg in s["timeline"][1:]}
+            starts = [e["start"] for e in kept["events"][1:]]
+            assert set(starts) <= changes  # a cut is always at a scene change on the pixels
+            assert all(e["description"] for e in kept["events"])
+            cuts, hits = cuts + len(changes), hits + len(starts)
+    assert hits >= cuts / 3
+
+
+def test_event_memory_answers_independently_of_the_probes_asked(tiny, cache, tmp_path):
+    full = {r["key"]: r["prompt_sha256"] for r in records(run(compose_run(tiny, tmp_path / "a", cache, EVENTS)))}
+    part = run(compose_run(tiny, tmp_path / "b", cache, [*EVENTS, "dataset.tasks=[ER,PRM]"]))
+    assert all(full[r["key"]] == r["prompt_sha256"] for r in records(part))
+
+
+def test_event_memory_on_the_tiny_model_as_writer_and_backbone(one, cache, tiny_model, tmp_path):  # noqa: F811
+    run_dir = run(compose_run(one, tmp_path / "runs", cache, [
+        "memory=event_memory", "memory.min_event_s=12", "memory.max_tokens=12", "backbone=tiny_qwen2vl_hf",
+        f"backbone.model={tiny_model}", "generation.max_tokens=6", "dataset.tasks=[ER,RCR]"]))
+    recs = records(run_dir)
+    assert recs and all(r["error"] is None and r["frames"] for r in recs)
+    lines = memory_records(run_dir)
+    assert all(m["error"] is None and m["events"] > 0 for m in lines)
+    described = [e["description"] for p in (run_dir / "memory_state").rglob("*.events.json")
+                 for e in json.loads(p.read_text())["events"]]
+    assert described and all(described)  # real (random-weight) text from the transformers path
