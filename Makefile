@@ -13,6 +13,7 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+	bash .ci/torchvision-cpu-fix.sh $(BIN)/python  # PyPI's torchvision beside the CPU torch wheel (see the script)
 	touch $@
 
 install: $(STAMP)

