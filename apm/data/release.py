@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 from apm.data import clock
 from apm.data.ids import fold
-from apm.data.jsonlines import JsonProblem, Path_, decode, parse
+from apm.data.located_json import JsonProblem, Path_, decode, parse
 from apm.data.model import Candidate, Release, Session, Trajectory
 from apm.data.problems import Problems, ReleaseError
 from apm.data.shapes import TRAJECTORY, List, Obj

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from apm.data import clock
 from apm.data.ids import has_control, id_problem
 from apm.data.instances import EA_HISTORY_SESSIONS, probe_points
-from apm.data.jsonlines import Path_, format_path, value_lines
+from apm.data.located_json import Path_, format_path, value_lines
 from apm.data.model import Candidate, Session, Trajectory
 from apm.data.problems import Problems
 from apm.data.shapes import CANDIDATE_IDS, TASK_SHAPES, Bool, Choices, Id, List, Obj, OneOf, Shape, Str

@@ -308,7 +308,7 @@ def _wandb_sink(cfg: DictConfig, setup: RunSetup):
     w = cfg.logging.wandb
     if w.mode == "disabled":
         return None
-    from apm.logging.wandb_sink import WandbSink
+    from apm.live.wandb_sink import WandbSink
 
     info = setup.run_info
     return WandbSink(
