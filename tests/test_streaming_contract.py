@@ -17,8 +17,10 @@ from streaming_spies import PixelSpy
 from apm.data.instances import release_instances
 from apm.data.release import load_release
 from apm.memory.base import History, state_bytes
+from apm.runner.online import session_frames
 from apm.runner.streaming import compose_request
 from apm.synth import generate
+from apm.video.decode import VideoDecodeError
 from apm.video.frames import Frame
 from apm.video.select import CausalityError
 
@@ -156,3 +158,21 @@ def test_streaming_systems_import_nothing_from_the_runner():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):
                 assert not (node.module or "").startswith(("apm.runner", "apm.reduce", "apm.judge")), path.name
+
+
+def test_a_session_whose_video_cannot_be_decoded_records_why_and_the_run_goes_on(tiny, tmp_path, monkeypatch):
+    import apm.runner.streaming as replay
+
+    def broken(cache, session, limit):
+        if session.key == "DAY1/S002":
+            raise VideoDecodeError(session.video, 3.0, "corrupt packet")
+        return session_frames(cache, session, limit)
+
+    monkeypatch.setattr(replay, "session_frames", broken)
+    PixelSpy.ANSWERED.clear()
+    recs = records(run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", SPY)))
+    failed = [r for r in recs if r["error"]]
+    assert failed and {(r["day_id"], r["session_id"]) for r in failed} == {("DAY1", "S002")}
+    assert all("cannot decode video at 3.000s: corrupt packet" in r["error"] for r in failed)
+    assert not {r["key"] for r in failed} & set(PixelSpy.ANSWERED)  # never asked without its video
+    assert len(recs) == 150

@@ -40,6 +40,7 @@ from apm.runner.online import (
 )
 from apm.runner.request import state_dir_of
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
+from apm.video.decode import VideoDecodeError
 from apm.video.frames import Frame
 from apm.video.select import CausalityError
 
@@ -150,18 +151,21 @@ async def replay_session(run: OnlineRun, traj: Trajectory, session: Session, sta
     """One session through the system: begin, observe and answer in time order, export; returns its memory line."""
     s = run.setup
     system: StreamingSystem = s.protocol
-    frames = await asyncio.to_thread(session_frames, s.cache, session, EVERY_FRAME)
+    try:
+        frames, unseen = await asyncio.to_thread(session_frames, s.cache, session, EVERY_FRAME), None
+    except VideoDecodeError as e:  # streamed without its video: its probes record why, the trajectory goes on
+        frames, unseen = (), f"preparation failed: {type(e).__name__}: {e}"
     events = stream_events(session, frames, session_interactions(s.release, traj, session))
     probes = sorted(todo, key=lambda i: (i.probe_time, i.key))
     clock = UpdateClock()
     await system.begin(SessionContext(traj, session, state_dir, s.backbone, s.writer))
     for at, event in events:
         while probes and probes[0].probe_time < at:
-            await answer_probe(run, traj, probes.pop(0), clock, shown)
+            await answer_probe(run, traj, probes.pop(0), clock, shown, unseen)
         observed = system.observe_frame(event) if isinstance(event, Frame) else system.observe_turn(event)
         await clock.timed(observed)
     for inst in probes:
-        await answer_probe(run, traj, inst, clock, shown)
+        await answer_probe(run, traj, inst, clock, shown, unseen)
     began = time.perf_counter()
     facts = await system.export(state_dir)
     update_s = time.perf_counter() - began
@@ -170,24 +174,34 @@ async def replay_session(run: OnlineRun, traj: Trajectory, session: Session, sta
 
 
 async def answer_probe(run: OnlineRun, traj: Trajectory, inst: Instance, clock: UpdateClock,
-                       shown: dict[str, Any]) -> None:
-    """Ask the system one instance from its current state and keep the record."""
+                       shown: dict[str, Any], unseen: str | None = None) -> None:
+    """Ask the system one instance from its current state and keep the record (``unseen``: why the
+    session's video could not be streamed; the instance records it without being asked)."""
     s = run.setup
-    probe = Probe(inst, traj, partial(compose_request, s, traj, inst))
-    run._in_flight += 1
-    in_flight = run._in_flight
     began = time.perf_counter()
-    try:
-        answer = await s.protocol.answer(probe)
-    except CausalityError:
-        raise  # a system that shows the future is a bug: stop rather than record invalid results
-    except Exception as e:  # noqa: BLE001 — a failed answer is recorded; the run goes on
-        answer = Answer(Response(error=f"answer failed: {type(e).__name__}: {e}", attempts=0))
-    finally:
-        run._in_flight -= 1
+    in_flight = 0
+    if unseen is not None:
+        answer = Answer(Response(error=unseen, attempts=0))
+    else:
+        run._in_flight += 1
+        in_flight = run._in_flight
+        try:
+            answer = await ask(s.protocol, Probe(inst, traj, partial(compose_request, s, traj, inst)))
+        finally:
+            run._in_flight -= 1
     wall = time.perf_counter() - began
     check_causal(traj, inst, answer.frames)
     run._keep(streaming_record(s, inst, traj, answer, wall, clock, shown, in_flight), answer.response)
+
+
+async def ask(system: StreamingSystem, probe: Probe) -> Answer:
+    """The system's answer; a failure other than a causality bug becomes the answer's error."""
+    try:
+        return await system.answer(probe)
+    except CausalityError:
+        raise  # a system that shows the future is a bug: stop rather than record invalid results
+    except Exception as e:  # noqa: BLE001 — a failed answer is recorded; the run goes on
+        return Answer(Response(error=f"answer failed: {type(e).__name__}: {e}", attempts=0))
 
 
 def streaming_record(setup: RunSetup, inst: Instance, traj: Trajectory, answer: Answer, wall: float,
