@@ -13,10 +13,13 @@ from hydra.utils import instantiate
 from apm.configs import CONF_DIR
 from apm.data.problems import ReleaseError
 from apm.judge.stage import JudgeStage
+from apm.runner.config import register
 
 
 def judge_backbone(overrides: list[str]):
-    """Instantiate the judge from the ``judge`` config group (e.g. ``judge=deepseek_v4_flash``)."""
+    """Instantiate the judge from the ``judge`` config group (e.g. ``judge=deepseek_v4_flash``), composed
+    with the run's config (whose schema the command line tool, not the judge stage, registers)."""
+    register()
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         cfg = compose("config", overrides=overrides)
     if cfg.judge is None:
