@@ -8,7 +8,7 @@ import sys
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError
 
-from apm.cli.errors import one_line
+from apm.errors import one_line
 
 
 def command(*args: str) -> subprocess.CompletedProcess:

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from apm.publish.report import chunks, log_summary
 from apm.reduce import bootstrap, synth
 from apm.reduce.cli import main
 from apm.reduce.figures import bubble_areas, spans_decades, write_figures
 from apm.reduce.names import human_bytes, method_label
 from apm.reduce.scores import SCORE_COLUMNS, read_scores
-from apm.reduce.wandb_log import chunks, log_summary
 
 
 @pytest.fixture(scope="module")

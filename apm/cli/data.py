@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from apm.cli.errors import DEBUG_FLAG, guarded
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.data.stats import format_stats, release_stats
+from apm.errors import DEBUG_FLAG, guarded
 
 
 def _synth(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from apm.publish.report import log_summary
 from apm.publish.source import default_group, run_dirs
 from apm.publish.wandb_runs import PublishOptions, publish
 from apm.records.atomic import staged_folder, write_json_atomically
@@ -19,7 +20,6 @@ from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import judge_note, read_scores, score_table, unjudged_probes
 from apm.reduce.tables import write_tables
-from apm.reduce.wandb_log import log_summary
 
 
 def parser() -> argparse.ArgumentParser:

@@ -33,13 +33,13 @@ from tqdm import tqdm
 
 from apm.backbones.base import GenerationSettings
 from apm.backbones.openai_api import EndpointError
-from apm.cli.errors import hold, hydra_guarded
 from apm.configs import CONF_DIR
 from apm.data.fingerprint import release_fingerprint
 from apm.data.instances import Instance, release_instances
 from apm.data.model import Trajectory
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
+from apm.errors import hold, hydra_guarded
 from apm.prompts import PROMPT_VERSION
 from apm.records.redact import ENV_NAME, redact_data, redact_logging, register_env_secrets
 from apm.runner import ledger, manifest

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from apm.cli.errors import DEBUG_FLAG, guarded
+from apm.errors import DEBUG_FLAG, guarded
 from apm.runner import ledger
 from apm.runner.records import latest_by, read_folder, read_jsonl
 from apm.scale import scheduler
