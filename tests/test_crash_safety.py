@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from runner_helpers import finished, kill_after, records
 
+from apm.records.jsonl import JsonlAppender, done_keys, read_jsonl
 from apm.reduce import synth
-from apm.runner.records import JsonlAppender, done_keys, read_jsonl
 from apm.synth import generate
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from runner_helpers import compose_run, records, run
 from apm.judge.cli import judge_backbone
 from apm.judge.rubric import RUBRIC_VERSION, check_reply, guidance, rubric
 from apm.judge.stage import JudgeStage
-from apm.runner.records import read_folder
+from apm.records.jsonl import read_folder
 from apm.synth import generate
 
 GOOD = json.dumps({

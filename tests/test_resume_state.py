@@ -14,8 +14,8 @@ from runner_helpers import compose_run, memory_records, records, run
 
 from apm.backbones.base import Response
 from apm.backbones.baselines import RandomBaseline
+from apm.records.jsonl import latest_by
 from apm.runner.app import run_dir_of
-from apm.runner.records import latest_by
 from apm.synth import generate
 
 OVERRIDES = ["memory=text_summary", "backbone=random", "+backbone@writer=random",

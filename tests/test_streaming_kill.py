@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from runner_helpers import finished, kill_after, memory_records, records
 
-from apm.runner.records import read_folder
+from apm.records.jsonl import read_folder
 from apm.synth import generate
 
 REPO = Path(__file__).resolve().parents[1]

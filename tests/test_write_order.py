@@ -14,9 +14,7 @@ from runner_helpers import compose_run
 
 from apm.backbones.base import Response
 from apm.backbones.baselines import RandomBaseline
-from apm.runner.app import run_async, run_dir_of
-from apm.runner.online import memory_on_record
-from apm.runner.records import (
+from apm.records.jsonl import (
     STAMP,
     JsonlAppender,
     done_keys,
@@ -24,6 +22,8 @@ from apm.runner.records import (
     latest_records,
     read_folder,
 )
+from apm.runner.app import run_async, run_dir_of
+from apm.runner.online import memory_on_record
 from apm.scale import scheduler, status
 from apm.synth import generate
 
@@ -70,7 +70,7 @@ def test_the_documented_pandas_rule_picks_the_same_lines():
 
 
 def test_one_writer_never_ties_and_leaves_the_callers_object_alone(tmp_path, monkeypatch):
-    monkeypatch.setattr("apm.runner.records.time.time_ns", lambda: 1_000)  # a clock that does not move
+    monkeypatch.setattr("apm.records.jsonl.time.time_ns", lambda: 1_000)  # a clock that does not move
     w = JsonlAppender(tmp_path / "a.jsonl")
     other = JsonlAppender(tmp_path / "b.jsonl")
     record = {"key": "k", "error": None}

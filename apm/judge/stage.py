@@ -33,9 +33,9 @@ from apm.judge.rubric import (
     judge_prompt,
     probe_reference,
 )
+from apm.records.jsonl import JsonlAppender, latest_records, read_folder
 from apm.records.judging import needs_judge, response_digest
 from apm.records.naming import slug
-from apm.runner.records import JsonlAppender, latest_records, read_folder
 
 log = logging.getLogger(__name__)
 

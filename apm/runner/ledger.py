@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from apm.runner.records import JsonlAppender, done_keys, read_jsonl
+from apm.records.jsonl import JsonlAppender, done_keys, read_jsonl
 
 PLAN = "plan.json"
 LEDGER = "ledger.jsonl"

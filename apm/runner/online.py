@@ -38,7 +38,7 @@ from apm.runner.context import Prepared
 from apm.runner.ledger import scheduler_job_id
 from apm.runner.lock import LockHeld, WriterLock
 from apm.runner.outcome import judge_output
-from apm.runner.records import JsonlAppender, latest_by, latest_records, read_folder
+from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
 from apm.runner.request import prepare_instance, state_dir_of
 from apm.runner.stops import FailFast
 from apm.streaming.base import StreamingSystem

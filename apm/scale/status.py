@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from apm.errors import DEBUG_FLAG, guarded
+from apm.records.jsonl import latest_by, read_folder, read_jsonl
 from apm.runner import ledger
-from apm.runner.records import latest_by, read_folder, read_jsonl
 from apm.scale import scheduler
 
 FAILED = {"failed", "cancelled", "timeout", "out_of_memory", "node_fail", "preempted", "boot_fail", "deadline",
