@@ -7,24 +7,21 @@ unset, unless ``APM_REQUIRE_VLLM=1`` (CI), which turns the skip into a failure.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import pickle
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from tiny_vlm import CONF, frames_request, make_frames, tiny_model  # noqa: F401  (fixture)
+from vllm_fixtures import loop, run_offline, vllm_python  # noqa: F401  (fixtures)
 
 from apm.backbones import instantiate_backbone
 from apm.backbones.base import Response
 from apm.backbones.hf import HFBackbone
 from apm.backbones.vllm_server import VLLMServerBackbone
-from tiny_vlm import CONF, frames_request, make_frames, tiny_model  # noqa: F401  (fixture)
-from vllm_fixtures import loop, vllm_python  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -102,18 +99,8 @@ def test_offline_engine_matches_hf(
     vllm_python: str, tiny_model: Path, hf: HFBackbone, tmp_path: Path  # noqa: F811
 ) -> None:
     """vllm_offline, run by the vLLM venv's python on this source tree, answers like hf."""
-    cfg = OmegaConf.load(CONF / "tiny_qwen2vl_vllm_offline.yaml")
-    kwargs = OmegaConf.to_container(cfg, resolve=True) | {"model": str(tiny_model)}
-    kwargs.pop("_target_")
     requests = [frames_request(make_frames(8, seed=7), max_tokens=24), frames_request([], max_tokens=8)]
-    (tmp_path / "in.pkl").write_bytes(pickle.dumps(requests))
-    env = os.environ | OmegaConf.to_container(OmegaConf.load(CONF / "tiny_qwen2vl_vllm.yaml").env)
-    env |= {"PYTHONPATH": str(CONF.parent.parent), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    worker = Path(__file__).with_name("vllm_offline_worker.py")
-    argv = [vllm_python, str(worker), json.dumps(kwargs), str(tmp_path / "in.pkl"), str(tmp_path / "out.pkl")]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    for request, served in zip(requests, pickle.loads((tmp_path / "out.pkl").read_bytes()), strict=True):
+    for request, served in zip(requests, run_offline(vllm_python, tiny_model, requests, tmp_path), strict=True):
         local = hf.generate_sync(request)
         _check(served, request.settings.max_tokens)
         assert (served.text, served.prompt_tokens, served.completion_tokens) == (

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import hashlib
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,12 +37,22 @@ class FramePart:
     """One video frame inside a user message; its JPEG bytes are sent as they are."""
 
     frame: Frame
+    still: bool = False
+    """Sent as an image of its own on every engine, never inside a video: each still is a media item
+    an engine caches by itself, so a request that extends another's stills shares their prefix (the
+    ``session_stable`` layout's current prefix, docs/prompts.md)."""
 
 
 Part = TextPart | FramePart
+
+
+class Stills(tuple[Frame, ...]):
+    """A run of consecutive still frames (:attr:`FramePart.still`): one image per frame on every engine."""
+
+
 Segment = TextPart | tuple[Frame, ...]
 """What an engine encodes, in order: a text part, or a run of consecutive frames (one video, or one
-image per frame)."""
+image per frame; a :class:`Stills` run always as images)."""
 
 
 @dataclass(frozen=True)
@@ -63,12 +75,20 @@ class Message:
     def segments(self) -> list[Segment]:
         """The parts as every engine encodes them: each text part, and each run of frames as one segment."""
         out: list[Segment] = []
-        for is_frame, run in groupby(self.parts, key=lambda p: isinstance(p, FramePart)):
-            if is_frame:
-                out.append(tuple(p.frame for p in run))  # type: ignore[union-attr]
-            else:
+        for kind, run in groupby(self.parts, key=_kind):
+            if kind == "text":
                 out.extend(run)  # type: ignore[arg-type]
+            else:
+                frames = tuple(p.frame for p in run)  # type: ignore[union-attr]
+                out.append(Stills(frames) if kind == "still" else frames)
         return out
+
+
+def _kind(part: Part) -> str:
+    """How a part is encoded: ``text``, a frame of a ``video`` run, or a ``still``."""
+    if isinstance(part, TextPart):
+        return "text"
+    return "still" if part.still else "video"
 
 
 @dataclass(frozen=True)
@@ -104,6 +124,21 @@ def video_timing(frames: Sequence[Frame]) -> VideoTiming:
     times = [start - origin + offset for offset, start in timed]
     fps = math.lcm(*(t.denominator for t in times))
     return VideoTiming(float(fps), tuple(int(t * fps) for t in times))
+
+
+def frame_uuid(frame: Frame) -> str:
+    """A frame's media-item id for engine caches: its frame-cache entry and video offset (its JPEG's
+    digest when it was not read from the cache), the same in every request that shows it."""
+    if frame.entry:
+        return f"{frame.entry}@{frame.offset!r}"
+    return hashlib.sha256(frame.jpeg).hexdigest()[:40]
+
+
+def video_uuid(frames: Sequence[Frame]) -> str:
+    """A video segment's media-item id for engine caches: its frames' ids and its timing."""
+    timing = video_timing(frames)
+    spec = [[frame_uuid(f) for f in frames], timing.fps, timing.frames_indices]
+    return "v" + hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:40]
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,18 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from apm.backbones.base import GenerationSettings, Message, Request, Response, TextPart, video_timing
+from apm.backbones.base import (
+    GenerationSettings,
+    Message,
+    Request,
+    Response,
+    Stills,
+    TextPart,
+    frame_uuid,
+    video_timing,
+    video_uuid,
+)
 from apm.backbones.local import WorkerThreadBackbone
-
 
 FramesAs = Literal["video", "images"]
 T = TypeVar("T")
@@ -23,29 +32,34 @@ T = TypeVar("T")
 class ChatInputs:
     """A request in the processor's terms: HF-style chat turns plus the pixels they refer to.
 
-    ``video_metadata[i]`` is the true timing of ``videos[i]`` (:meth:`VideoTiming.metadata`)."""
+    ``video_metadata[i]`` is the true timing of ``videos[i]`` (:meth:`VideoTiming.metadata`); the
+    ``*_uuids`` are each item's id for engine caches (:func:`video_uuid`, :func:`frame_uuid`)."""
 
     conversation: list[dict[str, Any]]
     videos: list[np.ndarray]
     video_metadata: list[dict[str, Any]]
     images: list[np.ndarray]
+    video_uuids: list[str]
+    image_uuids: list[str]
 
 
 def to_chat_inputs(messages: tuple[Message, ...], frames_as: FramesAs = "video") -> ChatInputs:
     """Each text part as it is; each run of frames (:meth:`Message.segments`) as one timed video, or
-    one image per frame."""
-    out = ChatInputs([], [], [], [])
+    one image per frame (stills always)."""
+    out = ChatInputs([], [], [], [], [], [])
     for message in messages:
         content: list[dict[str, Any]] = []
         for segment in message.segments():
             if isinstance(segment, TextPart):
                 content.append({"type": "text", "text": segment.text})
-            elif frames_as == "video":
+            elif frames_as == "video" and not isinstance(segment, Stills):
                 out.videos.append(np.stack([f.pixels() for f in segment]))
                 out.video_metadata.append(video_timing(segment).metadata())
+                out.video_uuids.append(video_uuid(segment))
                 content.append({"type": "video"})
             else:
                 out.images.extend(np.array(f.pixels()) for f in segment)  # writable copies, as torch wants
+                out.image_uuids.extend(frame_uuid(f) for f in segment)
                 content.extend({"type": "image"} for _ in segment)
         out.conversation.append({"role": message.role, "content": content})
     return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import logging
 import os
@@ -34,9 +35,12 @@ from apm.backbones.base import (
     Message,
     Request,
     Response,
+    Stills,
     TextPart,
     VideoTiming,
+    frame_uuid,
     video_timing,
+    video_uuid,
 )
 from apm.backbones.guard import ContextGuard, Policy, text_chars
 from apm.video.frames import Frame
@@ -105,7 +109,9 @@ class OpenAIBackbone(Backbone):
     The request's text parts are sent as they are, nothing added. ``frame_mode="images"`` sends each
     frame as an ``image_url`` JPEG data URL; ``"video"`` (vLLM) sends each run of frames as one
     ``video_url`` ``data:video/jpeg;base64,f1,f2,…`` and its true timing as the request's
-    ``media_io_kwargs`` (:meth:`payload`).
+    ``media_io_kwargs`` (:meth:`payload`); stills go as images in both. ``media_uuids`` gives each media
+    item its ``uuid`` (vLLM keys its caches by it); ``data_parallel_size`` pins each trajectory to one of
+    a data-parallel server's engines (``X-data-parallel-rank``), so its probes share one prefix cache.
     """
 
     def __init__(
@@ -130,6 +136,8 @@ class OpenAIBackbone(Backbone):
         deadline_s: float = 1800.0,
         json_response_format: bool = True,
         json_schema_format: bool = False,
+        media_uuids: bool = False,
+        data_parallel_size: int = 1,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         if frame_mode not in ("images", "video"):
@@ -152,6 +160,8 @@ class OpenAIBackbone(Backbone):
         self.deadline_s = deadline_s
         self.json_response_format = json_response_format
         self.json_schema_format = json_schema_format
+        self.media_uuids = media_uuids
+        self.data_parallel_size = data_parallel_size
         self.extra_body = dict(plain(extra_body) or {})
         self.served: list[str] | None = None
         """What ``GET /models`` listed at the preflight (None: not asked, or the endpoint lists none)."""
@@ -198,7 +208,7 @@ class OpenAIBackbone(Backbone):
                 error_kind="context", attempts=0,
             )
         request, truncation = self.guard.apply(request)
-        payload = self.payload(request)
+        payload, route = self.payload(request), self.route(request)
         attempts, last_error, kind = 0, "", "timeout"
         try:
             async with asyncio.timeout(None) as deadline:  # armed once the first attempt has a slot
@@ -206,7 +216,7 @@ class OpenAIBackbone(Backbone):
                     with attempt:
                         attempts += 1
                         try:
-                            answer = await self._attempt(payload, deadline if attempts == 1 else None)
+                            answer = await self._attempt(payload, route, deadline if attempts == 1 else None)
                         except _Retryable as e:
                             last_error = str(e)
                             raise
@@ -356,11 +366,19 @@ class OpenAIBackbone(Backbone):
             body["media_io_kwargs"] = {"video": timing.metadata() | count}
         return body | self.extra_body
 
+    def route(self, request: Request) -> dict[str, str]:
+        """Headers that send ``request`` to its trajectory's engine of a data-parallel server (none for one
+        engine, or for a request of no trajectory): every probe of a trajectory reaches one prefix cache."""
+        if self.data_parallel_size <= 1 or request.instance is None:
+            return {}
+        return {"X-data-parallel-rank": str(engine_of(request.instance.trajectory_id, self.data_parallel_size))}
+
     def _video_timing(self, request: Request) -> VideoTiming | None:
         """In video mode, the one timing every run of frames of ``request`` has; None: send images."""
         if self.frame_mode != "video":
             return None
-        timings = {video_timing(seg) for m in request.messages for seg in m.segments() if isinstance(seg, tuple)}
+        timings = {video_timing(seg) for m in request.messages for seg in m.segments()
+                   if isinstance(seg, tuple) and not isinstance(seg, Stills)}
         if len(timings) > 1:
             log.info("%s %s: runs of frames with different timings go as images", self.name, request.request_id)
         return timings.pop() if len(timings) == 1 else None
@@ -374,11 +392,12 @@ class OpenAIBackbone(Backbone):
         for segment in m.segments():
             if isinstance(segment, TextPart):
                 out.append(_text(segment.text))
-            elif as_video:
+            elif as_video and not isinstance(segment, Stills):
                 data = ",".join(base64.b64encode(f.jpeg).decode("ascii") for f in segment)
-                out.append({"type": "video_url", "video_url": {"url": f"data:video/jpeg;base64,{data}"}})
+                video = {"type": "video_url", "video_url": {"url": f"data:video/jpeg;base64,{data}"}}
+                out.append(video | ({"uuid": video_uuid(segment)} if self.media_uuids else {}))
             else:
-                out += [_image(f) for f in segment]
+                out += [_image(f) | ({"uuid": frame_uuid(f)} if self.media_uuids else {}) for f in segment]
         return out
 
     def _retrying(self, request_id: str) -> AsyncRetrying:
@@ -407,8 +426,9 @@ class OpenAIBackbone(Backbone):
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    async def _attempt(self, payload: dict[str, Any], arm: asyncio.Timeout | None) -> _Answer:
-        """One HTTP attempt; transient failures raise :class:`_Retryable`, the rest :class:`_Fatal`.
+    async def _attempt(self, payload: dict[str, Any], route: dict[str, str], arm: asyncio.Timeout | None) -> _Answer:
+        """One HTTP attempt (``route``: its extra headers); transient failures raise :class:`_Retryable`,
+        the rest :class:`_Fatal`.
 
         ``arm`` (first attempt only) is the call's deadline, started here so queueing for a slot
         behind other requests does not count against it.
@@ -420,7 +440,7 @@ class OpenAIBackbone(Backbone):
         try:
             sent = time.perf_counter()
             async with asyncio.timeout(self.attempt_timeout_s):
-                return await self._stream(client, payload, sent)
+                return await self._stream(client, payload, route, sent)
         except TimeoutError:
             raise _Retryable(f"attempt exceeded {self.attempt_timeout_s:g}s", kind="timeout") from None
         except httpx.TransportError as e:
@@ -429,9 +449,10 @@ class OpenAIBackbone(Backbone):
         finally:
             self._slots.put_nowait(client)
 
-    async def _stream(self, client: httpx.AsyncClient, payload: dict[str, Any], sent: float) -> _Answer:
+    async def _stream(self, client: httpx.AsyncClient, payload: dict[str, Any], route: dict[str, str],
+                      sent: float) -> _Answer:
         url = f"{self.base_url}/chat/completions"
-        async with client.stream("POST", url, json=payload, headers=self._headers()) as r:
+        async with client.stream("POST", url, json=payload, headers=self._headers() | route) as r:
             if r.status_code != 200:
                 detail = (await r.aread())[:300].decode("utf-8", "replace")
                 message = f"HTTP {r.status_code}: {detail}"
@@ -474,6 +495,11 @@ class OpenAIBackbone(Backbone):
             finish_reason=finish,
             model=served,
         )
+
+
+def engine_of(trajectory_id: str, engines: int) -> int:
+    """The engine (0 … ``engines`` − 1) a trajectory's requests go to: a stable hash of its id."""
+    return int.from_bytes(hashlib.sha256(trajectory_id.encode()).digest()[:8], "big") % engines
 
 
 def _image(frame: Frame) -> dict[str, Any]:

@@ -10,6 +10,12 @@ from apm.backbones.hf import ChatInputs, FramesAs, to_chat_inputs
 from apm.backbones.local import WorkerThreadBackbone
 
 
+def multi_modal_uuids(chat: ChatInputs) -> dict[str, list[str]]:
+    """vLLM's ``multi_modal_uuids``: each item's id (:func:`apm.backbones.base.video_uuid`,
+    :func:`~apm.backbones.base.frame_uuid`), so its caches key a repeated item without hashing it."""
+    return {k: v for k, v in (("video", chat.video_uuids), ("image", chat.image_uuids)) if v}
+
+
 def multi_modal_data(chat: ChatInputs) -> dict[str, Any]:
     """vLLM's ``multi_modal_data``: each video with its true timing as ``(frames, metadata)`` (vLLM
     takes metadata per video here, unlike a server request), and the images."""
@@ -27,7 +33,7 @@ class VLLMOfflineBackbone(WorkerThreadBackbone):
     The prompt is rendered with the model's own chat template from the same chat turns as
     :class:`apm.backbones.hf.HFBackbone`, and the decoded frames go in as ``multi_modal_data``.
     ``engine`` holds ``vllm.LLM`` keyword arguments (dtype, max_model_len, limit_mm_per_prompt, …).
-    ``ttft_s`` is the engine's own first-token latency.
+    ``ttft_s`` is the engine's own first-token latency; ``cached_tokens`` its prefix-cache hits.
     """
 
     def __init__(
@@ -61,12 +67,13 @@ class VLLMOfflineBackbone(WorkerThreadBackbone):
 
     def engine_input(self, request: Request) -> dict[str, Any]:
         """The prompt ``vllm.LLM.generate`` takes: the chat rendered by the model's template, plus the
-        frames (:func:`multi_modal_data`)."""
+        frames (:func:`multi_modal_data`) and their ids (:func:`multi_modal_uuids`)."""
         chat = to_chat_inputs(request.messages, self.frames_as)
         prompt = self._processor.apply_chat_template(
             chat.conversation, tokenize=False, add_generation_prompt=True
         )
-        return {"prompt": prompt, "multi_modal_data": multi_modal_data(chat)}
+        return {"prompt": prompt, "multi_modal_data": multi_modal_data(chat),
+                "multi_modal_uuids": multi_modal_uuids(chat)}
 
     def _generate(self, request: Request, started: float) -> Response:
         engine_input = self.engine_input(request)
@@ -82,6 +89,7 @@ class VLLMOfflineBackbone(WorkerThreadBackbone):
             elapsed_s=done - started,
             prompt_tokens=len(out.prompt_token_ids or ()),
             completion_tokens=len(completion.token_ids),
+            cached_tokens=out.num_cached_tokens,
             finish_reason=completion.finish_reason,
         )
 

@@ -3,7 +3,8 @@
 With ``launch: true`` the server is started on the job's GPUs from the YAML's engine settings on a
 free port, its log goes to ``log_dir``, and it is stopped (whole process group, TERM then KILL) on
 :meth:`close`, at interpreter exit, and on SIGTERM / SIGUSR2 (SLURM pre-emption), after which the
-previous signal handler runs. Requests then go through :class:`OpenAIBackbone`.
+previous signal handler runs. Requests then go through :class:`OpenAIBackbone`, each media item with
+its ``uuid`` and, with ``data_parallel_size`` > 1, each trajectory pinned to one engine.
 """
 
 from __future__ import annotations
@@ -54,12 +55,15 @@ class VLLMServerBackbone(OpenAIBackbone):
         host: str = "127.0.0.1",
         port: int | None = None,
         tensor_parallel_size: int | str = 1,
+        data_parallel_size: int = 1,
         max_model_len: int | None = None,
         limit_mm_per_prompt: Mapping[str, int] | None = None,
         max_num_seqs: int | None = None,
         max_num_batched_tokens: int | None = None,
         enable_prefix_caching: bool | None = None,
         enable_prompt_tokens_details: bool | None = None,
+        mm_processor_cache_gb: float | None = None,
+        media_uuids: bool = True,
         gpu_memory_utilization: float | None = None,
         dtype: str | None = None,
         extra_args: Sequence[str] = (),
@@ -80,12 +84,14 @@ class VLLMServerBackbone(OpenAIBackbone):
         self.command = tuple(command or (MODULE_COMMAND if python else DEFAULT_COMMAND))
         self.engine_args: dict[str, Any] = {
             "tensor-parallel-size": tensor_parallel_size,
+            "data-parallel-size": data_parallel_size if data_parallel_size > 1 else None,
             "max-model-len": max_model_len,
             "limit-mm-per-prompt": plain(limit_mm_per_prompt),
             "max-num-seqs": max_num_seqs,
             "max-num-batched-tokens": max_num_batched_tokens,
             "enable-prefix-caching": enable_prefix_caching,
             "enable-prompt-tokens-details": enable_prompt_tokens_details,
+            "mm-processor-cache-gb": mm_processor_cache_gb,
             "gpu-memory-utilization": gpu_memory_utilization,
             "dtype": dtype,
         }
@@ -98,7 +104,8 @@ class VLLMServerBackbone(OpenAIBackbone):
         self._proc: subprocess.Popen[bytes] | None = None
         self._previous: dict[int, _Handler] = {}
         super().__init__(
-            model=served_model_name or model, base_url=base_url or "http://unset/v1", name=name or model, **client
+            model=served_model_name or model, base_url=base_url or "http://unset/v1", name=name or model,
+            media_uuids=media_uuids, data_parallel_size=data_parallel_size, **client
         )
 
     @property

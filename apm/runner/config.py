@@ -13,6 +13,7 @@ import json
 import types
 import typing
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from hydra import compose
@@ -33,6 +34,15 @@ class ShardConfig:
     """A second job on a shard waits for the first instead of stopping at once (docs/scale.md)."""
 
 
+class FrameLayout(str, Enum):
+    """How a request's frames are chosen and sent (``frames.layout``; docs/prompts.md, "Frame layouts")."""
+
+    uniform = "uniform"
+    """The paper's: everything visible sampled uniformly to the budget, sent as one video."""
+    session_stable = "session_stable"
+    """Earlier sessions' frames fixed per session (one video), the current prefix append-only (stills)."""
+
+
 @dataclass
 class FramesConfig:
     fps: float = 1.0
@@ -40,6 +50,9 @@ class FramesConfig:
     jpeg_quality: int = 85
     cache_dir: str | None = None
     """Shared frame cache folder; default ``$APM_CACHE_DIR`` or ``~/.cache/apm/frames``."""
+    layout: FrameLayout = FrameLayout.uniform
+    """``uniform`` (the paper's; published comparisons use it) or ``session_stable`` (engine prefix
+    caches hit across a session's probes); docs/prompts.md, "Frame layouts"."""
 
 
 @dataclass
@@ -122,6 +135,7 @@ OPERATIONAL_KEYS = frozenset({
     "read_timeout_s", "attempt_timeout_s", "deadline_s", "base_url", "launch", "python", "command",
     "host", "port", "env", "log_dir", "startup_timeout_s", "stop_timeout_s", "api_key_env",
     "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "enable_prompt_tokens_details",
+    "mm_processor_cache_gb", "media_uuids", "data_parallel_size",
 })
 """Backbone settings that change how requests travel, not what a model is asked or answers: left out
 of the hash, so lowering concurrency or moving the server after a crash resumes the same run."""
@@ -136,9 +150,11 @@ VARIANT_KEYS = ("memory", "backbone", "writer")
 
 def config_hash(cfg: DictConfig) -> str:
     """Hash of the identity part of the resolved config: the release by its content fingerprint (not
-    the path typed to reach it), ``frames.cache_dir`` and engines' transport settings excluded."""
+    the path typed to reach it), ``frames.cache_dir``, the default ``frames.layout`` and engines'
+    transport settings excluded."""
     ident = {k: _identity(k, _plain(cfg.get(k))) for k in IDENTITY_KEYS}
-    ident["frames"] = {k: v for k, v in (ident["frames"] or {}).items() if k != "cache_dir"}
+    ident["frames"] = {k: v for k, v in (ident["frames"] or {}).items()
+                       if k != "cache_dir" and (k, v) != ("layout", FrameLayout.uniform)}  # hashes from before layouts
     dataset = ident["dataset"]
     release = release_fingerprint(dataset["root"])
     ident["dataset"] = {k: v for k, v in dataset.items() if k != "root" and k not in SUBSET_KEYS} | {"release": release}

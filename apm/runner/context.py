@@ -5,6 +5,8 @@ with the text memories and a header per session whose frames are shown; the fram
 one video segment; one text part with what the user said (the instance's own turns, each with its
 wall-clock time), the current wall-clock time and the probe prompt. The system message is E.1.
 Engines encode this and add nothing, so ``prompt_sha256`` covers exactly what the model is sent.
+The ``session_stable`` frame layout keeps that order but shows earlier sessions and the current prefix
+apart (the prefix as stills), so consecutive probes of a session share their opening byte for byte.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 
-from apm.backbones.base import GenerationSettings, Message, Part, Request, TextPart
+from apm.backbones.base import FramePart, GenerationSettings, Message, Part, Request, TextPart
 from apm.data import clock
 from apm.data.instances import Instance
 from apm.data.model import Trajectory
 from apm.memory.base import History
 from apm.prompts import probe_prompt, stream_parts, system_prompt, turn_text
+from apm.runner.config import FrameLayout
 from apm.video.cache import FrameCache
 from apm.video.frames import Frame
-from apm.video.select import prefix_spans, select_frames
+from apm.video.select import prefix_spans, select_frames, session_stable_frames
 
 
 @dataclass(frozen=True)
@@ -37,18 +40,22 @@ def _session_header(trajectory: Trajectory, key: str, what: str) -> str:
 
 
 def choose_frames(
-    cache: FrameCache, trajectory: Trajectory, instance: Instance, history: History, max_frames: int
-) -> list[Frame]:
-    """History spans plus the current prefix, sampled uniformly to ``max_frames`` (or the latest N).
+    cache: FrameCache, trajectory: Trajectory, instance: Instance, history: History, max_frames: int,
+    layout: FrameLayout = FrameLayout.uniform,
+) -> tuple[list[Frame], list[Frame]]:
+    """The frames shown, as (frames sent as one video, current-prefix stills): history spans plus the
+    current prefix sampled uniformly to ``max_frames`` (or the latest N), or the session-stable split.
 
     ``max_frames`` 0 means the backbone takes no frames (the reference baselines).
     """
     spans = list(history.spans) + prefix_spans(trajectory, instance)
     if max_frames <= 0:
-        return []
+        return [], []
     if history.current == "recent":
-        return select_frames(cache, trajectory, instance, spans, recent=history.recent_frames)
-    return select_frames(cache, trajectory, instance, spans, max_frames=max_frames)
+        return select_frames(cache, trajectory, instance, spans, recent=history.recent_frames), []
+    if FrameLayout(layout) is FrameLayout.session_stable:
+        return session_stable_frames(cache, trajectory, instance, list(history.spans), max_frames)
+    return select_frames(cache, trajectory, instance, spans, max_frames=max_frames), []
 
 
 def _memory_text(trajectory: Trajectory, history: History) -> list[str]:
@@ -69,28 +76,36 @@ def _video_headers(trajectory: Trajectory, current: str, frames: list[Frame]) ->
     return "\n".join([*earlier, _session_header(trajectory, current, "Current session")])
 
 
-def build_parts(trajectory: Trajectory, instance: Instance, history: History, frames: list[Frame]) -> list[Part]:
-    """The user message: text memories and session headers, the frames as one segment, then what the
-    user said, the current time and the probe.
+def build_parts(trajectory: Trajectory, instance: Instance, history: History, frames: list[Frame],
+                stills: list[Frame] | None = None) -> list[Part]:
+    """The user message: text memories and session headers, the frames as one segment (then the
+    ``stills``, each an image of its own), then what the user said, the current time and the probe.
 
     Only turns of the current session come from the instance itself; what was said in an earlier
     session (a PRM registration) reaches the model only through the memory protocol's ``history``.
     """
+    stills = stills or []
     current = trajectory.session(instance.session)
-    headers = _video_headers(trajectory, current.key, frames)
+    headers = _video_headers(trajectory, current.key, [*frames, *stills])
     before = TextPart("\n\n".join([*_memory_text(trajectory, history), headers]))
     said_now = [replace(t, text=turn_text(t, instance)) for t in instance.turns if t.time >= current.start]
     probe = f"[Current time: {instance.probe_label}]\n\n{probe_prompt(instance)}"
-    return [before, *stream_parts(frames, [*history.turns, *said_now], probe)]
+    *video, said = stream_parts(frames, [*history.turns, *said_now], probe)
+    return [before, *video, *(FramePart(f, still=True) for f in stills), said]
 
 
 def prompt_digest(messages: tuple[Message, ...]) -> str:
     """SHA-256 of the exact prompt: every text, and every frame by session and video offset."""
-    canon = [
-        [m.role, [p.text if isinstance(p, TextPart) else [p.frame.session, p.frame.offset] for p in m.parts]]
-        for m in messages
-    ]
+    canon = [[m.role, [_canon(p) for p in m.parts]] for m in messages]
     return hashlib.sha256(json.dumps(canon, ensure_ascii=False).encode()).hexdigest()
+
+
+def _canon(part: Part) -> str | list[str | float]:
+    """A part as the digest sees it: its text, or its frame (and ``still`` when it goes as an image)."""
+    if isinstance(part, TextPart):
+        return part.text
+    frame = [part.frame.session, part.frame.offset]
+    return [*frame, "still"] if part.still else frame
 
 
 def prepare(
@@ -100,12 +115,13 @@ def prepare(
     history: History,
     max_frames: int,
     settings: GenerationSettings,
+    layout: FrameLayout = FrameLayout.uniform,
 ) -> Prepared:
-    """The request for ``instance`` and the frames it shows."""
-    frames = choose_frames(cache, trajectory, instance, history, max_frames)
+    """The request for ``instance`` and the frames it shows, laid out by ``layout``."""
+    frames, stills = choose_frames(cache, trajectory, instance, history, max_frames, layout)
     messages = (
         Message.text("system", system_prompt()),
-        Message("user", tuple(build_parts(trajectory, instance, history, frames)), time=instance.probe_time),
+        Message("user", tuple(build_parts(trajectory, instance, history, frames, stills)), time=instance.probe_time),
     )
     request = Request(messages=messages, settings=settings, instance=instance, request_id=instance.key)
-    return Prepared(request, tuple(frames), prompt_digest(messages))
+    return Prepared(request, (*frames, *stills), prompt_digest(messages))

@@ -34,6 +34,7 @@ from apm.data.model import Release, Session, Trajectory
 from apm.memory.base import MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
 from apm.prompts import turn_text
 from apm.runner import latency
+from apm.runner.config import FrameLayout
 from apm.runner.context import Prepared
 from apm.runner.ledger import scheduler_job_id
 from apm.runner.lock import LockHeld, WriterLock
@@ -62,6 +63,8 @@ class RunSetup:
     cache: FrameCache
     max_frames: int
     settings: GenerationSettings = field(default_factory=GenerationSettings)
+    layout: FrameLayout = FrameLayout.uniform
+    """How each request's frames are chosen and sent (``frames.layout``)."""
     concurrency: int = 8
     shard_label: str = "shard-0-of-1"
     rerun_errors: bool = False

@@ -34,12 +34,12 @@ def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance
     """The instance's request with frames chosen for the context its text leaves the backbone, and
     what that choice left out of the full budget (None: nothing)."""
     history = setup.protocol.history(instance, trajectory, state_dir)
-    prepared = prepare(setup.cache, trajectory, instance, history, setup.max_frames, setup.settings)
+    prepared = prepare(setup.cache, trajectory, instance, history, setup.max_frames, setup.settings, setup.layout)
     guard = getattr(setup.backbone, "guard", None)
     fit = guard.selection_budget(prepared.request) if guard is not None else None
     if fit is None:
         return prepared, None
-    fitted = prepare(setup.cache, trajectory, instance, history, fit, setup.settings)
+    fitted = prepare(setup.cache, trajectory, instance, history, fit, setup.settings, setup.layout)
     if len(fitted.frames) > fit:  # the protocol picks its own frames (the most recent N): the guard cuts them
         return prepared, None
     return fitted, guard.budget_truncation(prepared.request, fitted.request)

@@ -22,6 +22,8 @@ class Frame:
     offset: float
     wall_clock: int
     jpeg: bytes
+    entry: str = ""
+    """The key of the frame-cache entry it was read from ("" when it was not read from the cache)."""
 
     def pixels(self) -> np.ndarray:
         """RGB ``uint8`` array of shape (H, W, 3)."""

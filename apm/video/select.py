@@ -2,7 +2,8 @@
 
 A memory protocol states what it exposes as spans of visible sessions; this module checks them
 against the instance (a span past the probe time is a bug and raises, nothing is clipped to hide
-it), then samples uniformly down to ``max_frames`` or keeps the ``recent`` latest samples.
+it), then samples uniformly down to ``max_frames`` or keeps the ``recent`` latest samples; the
+``session_stable`` layout samples earlier sessions and the current prefix apart.
 Semantics: ``docs/video.md``.
 """
 
@@ -19,6 +20,8 @@ from apm.video.frames import Frame
 
 SIMPLESTREAM_FRAMES = 4
 """SimpleStream, the paper's no-memory baseline, sees the 4 most recent frames."""
+EARLIER_SHARE = 0.75
+"""The share of the frame budget the ``session_stable`` layout gives earlier sessions (docs/prompts.md)."""
 
 
 class CausalityError(ValueError):
@@ -55,6 +58,12 @@ def _check(span: Span, session: Session, instance: Instance) -> None:
         raise ValueError(f"{instance.key}: span {span} is not within session [{session.start}, {session.end}]")
 
 
+def _strided(ordered: list[tuple[int, int]], stride: int) -> list[tuple[int, int]]:
+    """Every ``stride``-th of ``ordered`` from the first, and the last (the probe's latest sample)."""
+    chosen = ordered[::stride]
+    return chosen + ordered[-1:] if ordered and chosen[-1] != ordered[-1] else chosen
+
+
 def select_frames(
     cache: FrameCache,
     trajectory: Trajectory,
@@ -63,14 +72,16 @@ def select_frames(
     *,
     max_frames: int | None = None,
     recent: int | None = None,
+    stride: int | None = None,
 ) -> list[Frame]:
-    """The cached frames of ``spans``, oldest first: all, ``max_frames`` uniformly, or the ``recent`` latest.
+    """The cached frames of ``spans``, oldest first: all, ``max_frames`` uniformly, the ``recent``
+    latest, or every ``stride``-th from the first plus the latest.
 
     Samples of a span are those whose offset lies in it; a span reaching beyond its video's last
     frame simply has no samples there. Overlapping spans count each sample once.
     """
-    if max_frames is not None and recent is not None:
-        raise ValueError("give max_frames or recent, not both")
+    if sum(x is not None for x in (max_frames, recent, stride)) > 1:
+        raise ValueError("give max_frames, recent or stride: one of them, not both")
     available: set[tuple[int, int]] = set()
     sessions: dict[int, Session] = {}
     for span in spans:
@@ -86,6 +97,8 @@ def select_frames(
         chosen = ordered[max(0, len(ordered) - recent) :] if recent > 0 else []
     elif max_frames is not None:
         chosen = [ordered[j] for j in uniform_indices(len(ordered), max_frames)]
+    elif stride is not None:
+        chosen = _strided(ordered, stride)
     else:
         chosen = ordered
     frames: list[Frame] = []
@@ -95,8 +108,32 @@ def select_frames(
         samples = [i for _, i in group]
         for i, jpeg in zip(samples, entry.jpegs(samples)):
             offset = entry.offset(i)
-            frames.append(Frame(session.key, float(offset), session.start + math.floor(offset), jpeg))
+            frames.append(Frame(session.key, float(offset), session.start + math.floor(offset), jpeg, entry.key))
     return frames
+
+
+def session_stable_frames(
+    cache: FrameCache, trajectory: Trajectory, instance: Instance, spans: list[Span], max_frames: int
+) -> tuple[list[Frame], list[Frame]]:
+    """The ``session_stable`` layout's frames: the earlier sessions' and the current prefix's.
+
+    Earlier sessions (``spans``) get at most ``EARLIER_SHARE`` of ``max_frames``, uniformly: a function
+    of the spans and the budget alone, so every probe of a session is shown the same ones. The
+    current prefix gets the rest, as every k-th sample from the session start (k fixed per session,
+    from its announced length) plus the latest one: a later probe's frames extend an earlier one's.
+    """
+    current = trajectory.session(instance.session)
+    if any(span.session == current.key for span in spans):
+        raise ValueError(f"{instance.key}: session_stable takes spans of earlier sessions only")
+    earlier = select_frames(cache, trajectory, instance, spans, max_frames=math.floor(EARLIER_SHARE * max_frames))
+    room = max_frames - len(earlier)
+    prefix = prefix_spans(trajectory, instance)
+    if room <= 1:
+        return earlier, select_frames(cache, trajectory, instance, prefix, recent=room)
+    entry = cache.entry(current.video)
+    samples = min(entry.count, math.floor(current.duration * entry.rate) + 1)
+    stride = max(1, math.ceil(samples / (room - 1)))
+    return earlier, select_frames(cache, trajectory, instance, prefix, stride=stride)
 
 
 def prefix_spans(trajectory: Trajectory, instance: Instance) -> list[Span]:
