@@ -1,6 +1,6 @@
 """Throughput and harness CPU cost of the OpenAI-compatible backbone against a loopback server.
 
-The server (``apm.backbones.fake_server``) runs in a subprocess and streams each answer after a fixed
+The server (``apm.testing.fake_server``) runs in a subprocess and streams each answer after a fixed
 latency L, so an ideal client reaches C/L requests/s at concurrency C. The harness's CPU cost is
 ``time.process_time()`` of this process over N requests, divided by N (the server's CPU is not
 counted). Usage::
@@ -86,7 +86,7 @@ async def measure(base_url: str, server_pid: int, concurrency: int, n: int, fram
 
 def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "apm.backbones.fake_server", "--latency", str(latency), "--chunks", "8"],
+        [sys.executable, "-m", "apm.testing.fake_server", "--latency", str(latency), "--chunks", "8"],
         stdout=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None

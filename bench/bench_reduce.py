@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from apm.reduce import synth
 from apm.reduce.load import load_runs
+from apm.testing import fixtures
 
 RECORDS_PER_TRAJECTORY = 62
 """Mean records per synthetic trajectory (~26 candidates, adaptive ones with ~4.5 probes)."""
@@ -31,8 +31,8 @@ def generate(root: Path, records: int, methods: int) -> int:
     backbones = ["Qwen3-VL-8B-Instruct", "InternVL3.5-8B", "Seed-2.0-Lite", "Gemini 3.6 Flash"]
     memories = ["none", "raw_video", "text_summary", "hermes", "oasis"]
     for i in range(methods):
-        run = synth.run_info(memories[i % len(memories)], f"{backbones[i // len(memories) % len(backbones)]}-{i}")
-        synth.synthetic_run(root / f"run{i:02d}", run, per_method, seed=i, skill=0.3 + 0.03 * i, shards=4)
+        run = fixtures.run_info(memories[i % len(memories)], f"{backbones[i // len(memories) % len(backbones)]}-{i}")
+        fixtures.synthetic_run(root / f"run{i:02d}", run, per_method, seed=i, skill=0.3 + 0.03 * i, shards=4)
     return sum(1 for f in root.rglob("records/*.jsonl") for _ in f.open("rb"))
 
 

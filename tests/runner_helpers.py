@@ -18,8 +18,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from apm.backbones.baselines import Oracle
-from apm.backbones.fake_server import FakeServer
 from apm.runner.app import CONF_DIR, run_async, run_dir_of
+from apm.testing.fake_server import FakeServer
 
 
 def compose_run(root: Path, out: Path, cache: Path, overrides: list[str] = ()) -> DictConfig:

@@ -22,10 +22,10 @@ from apm.backbones import (
     TextPart,
     instantiate_backbone,
 )
-from apm.backbones.fake_server import FakeServer
 from apm.backbones.guard import ContextGuard
 from apm.backbones.openai_api import OpenAIBackbone
 from apm.data import clock
+from apm.testing.fake_server import FakeServer
 from apm.video.frames import Frame
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from apm.backbones import Message, Request, Response
-from apm.backbones.fake_server import FakeServer
 from apm.backbones.openai_api import OpenAIBackbone
+from apm.testing.fake_server import FakeServer
 
 FAST = dict(backoff_initial_s=0.05, backoff_max_s=1.0, connect_timeout_s=1.0, read_timeout_s=2.0)
 REQUEST = Request((Message.text("user", "Which option?"),), request_id="T1/c1/query")

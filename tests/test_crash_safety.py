@@ -14,8 +14,8 @@ import pytest
 from runner_helpers import finished, kill_after, records
 
 from apm.records.jsonl import JsonlAppender, done_keys, read_jsonl
-from apm.reduce import synth
 from apm.synth import generate
+from apm.testing import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tiny, tmp_path):
 def test_torn_last_line_is_cut_and_redone(tmp_path):
     path = tmp_path / "records" / "shard-0-of-1.jsonl"
     path.parent.mkdir()
-    a, b = (synth.record("ER", c, trajectory="T") for c in ("a", "b"))
+    a, b = (fixtures.record("ER", c, trajectory="T") for c in ("a", "b"))
     path.write_bytes(json.dumps(a).encode() + b"\n" + json.dumps(b).encode()[:20])
     assert done_keys(path.parent) == {"T/a/query"}
     w = JsonlAppender(path)

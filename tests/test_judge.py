@@ -36,7 +36,7 @@ def oracle_run(tmp_path_factory):
 
 
 def fake_judge(reply: str, monkeypatch, *overrides: str):
-    proc = subprocess.Popen([sys.executable, "-m", "apm.backbones.fake_server", "--port", "0", "--reply", reply],
+    proc = subprocess.Popen([sys.executable, "-m", "apm.testing.fake_server", "--port", "0", "--reply", reply],
                             stdout=subprocess.PIPE, text=True)
     port = int(proc.stdout.readline().split()[1])
     monkeypatch.setenv("APM_JUDGE_KEY", "k")

@@ -15,13 +15,13 @@ import pytest
 from runner_helpers import compose_run
 
 from apm.backbones import FramePart, Message, Request, TextPart
-from apm.backbones.fake_server import FakeServer
 from apm.backbones.guard import ContextGuard
 from apm.backbones.openai_api import EndpointError, OpenAIBackbone
 from apm.backbones.vllm_server import VLLMServerBackbone
 from apm.runner.app import build_setup
 from apm.runner.request import largest_request, prepare_instance, state_dir_of
 from apm.synth import generate
+from apm.testing.fake_server import FakeServer
 from apm.video.frames import Frame
 
 KEY = "sk-preflight-test"
@@ -35,7 +35,7 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def endpoint():
     """A loopback server that serves only ``served-model`` and takes only ``$APM_TEST_KEY``."""
-    proc = subprocess.Popen([sys.executable, "-m", "apm.backbones.fake_server", "--port", "0", "--models",
+    proc = subprocess.Popen([sys.executable, "-m", "apm.testing.fake_server", "--port", "0", "--models",
                              "served-model", "--api-key-env", "APM_TEST_KEY"],
                             stdout=subprocess.PIPE, text=True, env={**os.environ, "APM_TEST_KEY": KEY})
     port = int(proc.stdout.readline().split()[1])

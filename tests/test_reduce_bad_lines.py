@@ -9,8 +9,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from apm.reduce import load_runs, score_table, synth
+from apm.reduce import load_runs, score_table
 from apm.reduce.cli import main
+from apm.testing import fixtures
 
 
 def _append(path: Path, *raw: bytes) -> None:
@@ -20,9 +21,9 @@ def _append(path: Path, *raw: bytes) -> None:
 
 
 def test_bad_lines_are_skipped_and_named(tmp_path: Path) -> None:
-    root = synth.small_run_set(tmp_path / "runs")
-    good = synth.record("ER", "C1")
-    probe = synth.record("RCR", "R1", "n1", polarity="negative", decision="SILENT", gate_pass=True, correct=None)
+    root = fixtures.small_run_set(tmp_path / "runs")
+    good = fixtures.record("ER", "C1")
+    probe = fixtures.record("RCR", "R1", "n1", polarity="negative", decision="SILENT", gate_pass=True, correct=None)
     _append(root / "main" / "records" / "shard-0.jsonl",
             b"null", b"\xff\xfe not utf-8", orjson.dumps({k: v for k, v in good.items() if k != "key"}),
             orjson.dumps({**good, "key": "T1/C7/query", "correct": "yes"}),
@@ -32,10 +33,10 @@ def test_bad_lines_are_skipped_and_named(tmp_path: Path) -> None:
     with (root / "main" / "records" / "shard-0.jsonl").open("ab") as f:
         f.write(b'{"key": "T1/C9/qu')  # a torn tail: a crash mid-write
     _append(root / "main" / "judgements" / "shard-0.jsonl",
-            orjson.dumps(synth.judgement(probe, 99)), orjson.dumps(synth.judgement(probe, -3)),
-            orjson.dumps(synth.judgement(probe, True)))
+            orjson.dumps(fixtures.judgement(probe, 99)), orjson.dumps(fixtures.judgement(probe, -3)),
+            orjson.dumps(fixtures.judgement(probe, True)))
     _append(root / "main" / "memory" / "shard-0.jsonl",
-            orjson.dumps({**synth.memory_line("T1", 9, 10, 1.0), "bytes": "big"}), b'"x"')
+            orjson.dumps({**fixtures.memory_line("T1", 9, 10, 1.0), "bytes": "big"}), b'"x"')
     with pytest.warns(UserWarning, match="skipped"):
         runs = load_runs([root])
     reasons = [s.reason for s in runs.skipped]
@@ -44,7 +45,7 @@ def test_bad_lines_are_skipped_and_named(tmp_path: Path) -> None:
             "unterminated last line (a crash mid-write)"} <= set(reasons)
     assert any(r.startswith("correct:") for r in reasons) and any(r.startswith("run:") for r in reasons)
     assert sum(r.startswith("score: not an integer 1–5") for r in reasons) == 3
-    clean = load_runs([synth.small_run_set(tmp_path / "clean")])
+    clean = load_runs([fixtures.small_run_set(tmp_path / "clean")])
     scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
     expected = score_table(clean.records, clean.judgements, clean.memory, reps=0)
     assert scores["value"].fillna(-1).tolist() == expected["value"].fillna(-1).tolist()  # bad lines change nothing
@@ -72,7 +73,7 @@ def _mutate(rng: random.Random, line: dict) -> bytes:
 
 def test_fuzzed_lines_never_crash_a_reduction(tmp_path: Path) -> None:
     rng = random.Random(0)
-    template = synth.small_run_set(tmp_path / "runs")
+    template = fixtures.small_run_set(tmp_path / "runs")
     lines = {kind: [json.loads(x) for f in sorted((template / "main" / kind).glob("*.jsonl"))
                     for x in f.read_text().splitlines()] for kind in ("records", "judgements", "memory")}
     for kind, originals in lines.items():

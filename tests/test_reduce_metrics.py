@@ -1,4 +1,4 @@
-"""Every metric of apm.reduce against values computed by hand on apm.reduce.synth.small_run_set."""
+"""Every metric of apm.reduce against values computed by hand on apm.testing.fixtures.small_run_set."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from apm.reduce import load_runs, score_table, synth
+from apm.reduce import load_runs, score_table
 from apm.reduce.load import load_judgements
+from apm.testing import fixtures
 
-# Hand computation (records in synth.small_run_set):
+# Hand computation (records in fixtures.small_run_set):
 # ER: C1 right (a later shard replaces a wrong line), C2 wrong, C3 failed parse = wrong, C4 error = wrong
 # (answered-only view: C4 left out).
 CROSS = (100 / 4 + 100 + 0) / 3  # ER, EST, TR
@@ -32,7 +33,7 @@ QUALITY = {"ERA": (80 + 100) / 2, "RCR": (60 + 100) / 2, "MPA": 40.0, "PRM": 80.
 
 @pytest.fixture(scope="module")
 def scores(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    root = synth.small_run_set(tmp_path_factory.mktemp("runs"))
+    root = fixtures.small_run_set(tmp_path_factory.mktemp("runs"))
     runs = load_runs([root])
     return score_table(runs.records, runs.judgements, runs.memory, seed=0, reps=200)
 
@@ -79,11 +80,11 @@ def test_errored_instances_count_as_wrong_and_the_answered_view_leaves_them_out(
 
 def test_errored_adaptive_probe_fails_the_gate(tmp_path: Path) -> None:
     probes = [
-        synth.record("RCR", "R1", "p", polarity="positive", decision="INTERVENE", gate_pass=True, correct=None),
-        synth.record("RCR", "R1", "n", polarity="negative", decision=None, gate_pass=None, correct=None,
+        fixtures.record("RCR", "R1", "p", polarity="positive", decision="INTERVENE", gate_pass=True, correct=None),
+        fixtures.record("RCR", "R1", "n", polarity="negative", decision=None, gate_pass=None, correct=None,
                      parse_status=None, output="", error="HTTP 500"),
     ]
-    synth.write_run(tmp_path, probes, [synth.judgement(probes[0], 5)])
+    fixtures.write_run(tmp_path, probes, [fixtures.judgement(probes[0], 5)])
     runs = load_runs([tmp_path])
     scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
     assert value(scores, "task_score", "RCR") == pytest.approx(20 * (5 + 0) / 2)  # g = 0 for the errored probe
@@ -95,7 +96,7 @@ def test_errored_adaptive_probe_fails_the_gate(tmp_path: Path) -> None:
 
 
 def test_unjudged_probes_withhold_every_score_that_needs_them(tmp_path: Path) -> None:
-    root = synth.small_run_set(tmp_path)
+    root = fixtures.small_run_set(tmp_path)
     judgements = root / "main" / "judgements" / "shard-0.jsonl"
     kept = [x for x in judgements.read_text().splitlines() if '"T1/R2/p"' not in x]
     judgements.write_text("\n".join(kept) + "\n")
@@ -199,7 +200,7 @@ def test_intervals_bracket_values_and_counts_have_none(scores: pd.DataFrame) -> 
 
 
 def test_bootstrap_is_seeded(tmp_path: Path) -> None:
-    runs = load_runs([synth.small_run_set(tmp_path)])
+    runs = load_runs([fixtures.small_run_set(tmp_path)])
     tables = [score_table(runs.records, runs.judgements, runs.memory, seed=s, reps=100) for s in (1, 1, 2)]
     pd.testing.assert_frame_equal(tables[0], tables[1])
     assert not np.allclose(tables[0]["ci_low"].fillna(0), tables[2]["ci_low"].fillna(0))
@@ -209,10 +210,10 @@ def test_bootstrap_is_seeded(tmp_path: Path) -> None:
 
 
 def test_judgement_selection_prefers_requested_judge(tmp_path: Path) -> None:
-    rec = synth.record("RCR", "R1", "n1", polarity="negative", decision="SILENT", gate_pass=True)
-    lines = [synth.judgement(rec, 2, judge="a"), synth.judgement(rec, 4, judge="b"),
-             synth.judgement(rec, 1, judge="a", rubric_version="2")]
-    synth.write_run(tmp_path, [rec], lines)
+    rec = fixtures.record("RCR", "R1", "n1", polarity="negative", decision="SILENT", gate_pass=True)
+    lines = [fixtures.judgement(rec, 2, judge="a"), fixtures.judgement(rec, 4, judge="b"),
+             fixtures.judgement(rec, 1, judge="a", rubric_version="2")]
+    fixtures.write_run(tmp_path, [rec], lines)
     assert load_judgements([tmp_path])["score"].tolist() == [1.0]  # the last line
     assert load_judgements([tmp_path], judge="b")["score"].tolist() == [4.0]
     assert load_judgements([tmp_path], judge="a", rubric_version="1")["score"].tolist() == [2.0]
@@ -220,10 +221,10 @@ def test_judgement_selection_prefers_requested_judge(tmp_path: Path) -> None:
 
 
 def test_an_ablation_sweep_reduces_together_one_method_per_config(tmp_path: Path) -> None:
-    run = synth.run_info(memory="none", backbone="random")
+    run = fixtures.run_info(memory="none", backbone="random")
     variant = {**run, "config_hash": "other", "overrides": {"memory.recent_frames": 8}}
-    synth.write_run(tmp_path / "a", [synth.record("ER", "C1", run=run)])
-    synth.write_run(tmp_path / "b", [synth.record("ER", "C1", run=variant, answer="B", correct=False)])
+    fixtures.write_run(tmp_path / "a", [fixtures.record("ER", "C1", run=run)])
+    fixtures.write_run(tmp_path / "b", [fixtures.record("ER", "C1", run=variant, answer="B", correct=False)])
     runs = load_runs([tmp_path])
     scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
     er = scores[(scores["metric"] == "task_score") & (scores["task"] == "ER")].set_index("config_hash")
@@ -232,7 +233,7 @@ def test_an_ablation_sweep_reduces_together_one_method_per_config(tmp_path: Path
 
 
 def test_truncated_last_line_is_skipped_with_warning(tmp_path: Path) -> None:
-    path = synth.write_jsonl(tmp_path / "records" / "r.jsonl", [synth.record("ER", "C1")])
+    path = fixtures.write_jsonl(tmp_path / "records" / "r.jsonl", [fixtures.record("ER", "C1")])
     with path.open("ab") as f:
         f.write(b'{"key": "T1/C2/qu')
     with pytest.warns(UserWarning, match="skipped 1 line.*unterminated last line"):
@@ -243,8 +244,8 @@ def test_fixtures_follow_the_runner_schemas(tmp_path: Path) -> None:
     import jsonschema
 
     schemas = Path(__file__).resolve().parents[1] / "apm" / "runner" / "schemas"
-    synth.small_run_set(tmp_path / "small")
-    synth.synthetic_run(tmp_path / "random", synth.run_info(), trajectories=2, seed=0)
+    fixtures.small_run_set(tmp_path / "small")
+    fixtures.synthetic_run(tmp_path / "random", fixtures.run_info(), trajectories=2, seed=0)
     for kind, schema in (("records", "record"), ("memory", "memory")):
         validator = jsonschema.Draft202012Validator(json.loads((schemas / f"{schema}.schema.json").read_text()))
         lines = [json.loads(x) for f in sorted(tmp_path.rglob(f"{kind}/*.jsonl")) for x in f.read_text().splitlines()]
@@ -252,9 +253,9 @@ def test_fixtures_follow_the_runner_schemas(tmp_path: Path) -> None:
 
 
 def test_stale_judgement_of_a_rerun_response_is_ignored(tmp_path: Path) -> None:
-    old = synth.record("RCR", "R1", "n1", polarity="negative", decision="SILENT", gate_pass=True, output="old")
+    old = fixtures.record("RCR", "R1", "n1", polarity="negative", decision="SILENT", gate_pass=True, output="old")
     new = {**old, "output": "new"}
-    synth.write_run(tmp_path, [old, new], [synth.judgement(old, 5)])
+    fixtures.write_run(tmp_path, [old, new], [fixtures.judgement(old, 5)])
     runs = load_runs([tmp_path])
     assert runs.judgements.empty
     scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
@@ -264,11 +265,11 @@ def test_stale_judgement_of_a_rerun_response_is_ignored(tmp_path: Path) -> None:
 
 
 def test_latency_comes_from_isolated_records_where_a_method_has_them(tmp_path: Path) -> None:
-    loaded = {**synth.latency(9.0, 9.0, 0.09), "mode": "loaded"}
-    alone = {**synth.latency(1.0, 2.0, 0.01), "mode": "isolated"}
-    synth.write_run(tmp_path / "a", [synth.record("ER", "C1", latency=loaded), synth.record("ER", "C2", latency=alone)])
-    other = synth.run_info(memory="none")
-    synth.write_run(tmp_path / "b", [synth.record("ER", "C1", run=other, latency=loaded)])
+    loaded = {**fixtures.latency(9.0, 9.0, 0.09), "mode": "loaded"}
+    alone = {**fixtures.latency(1.0, 2.0, 0.01), "mode": "isolated"}
+    fixtures.write_run(tmp_path / "a", [fixtures.record("ER", "C1", latency=loaded), fixtures.record("ER", "C2", latency=alone)])
+    other = fixtures.run_info(memory="none")
+    fixtures.write_run(tmp_path / "b", [fixtures.record("ER", "C1", run=other, latency=loaded)])
     runs = load_runs([tmp_path])
     scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
     ttft = scores[(scores["metric"] == "ttft_s") & (scores["task"] == "all")].set_index("memory")["value"]
@@ -276,7 +277,7 @@ def test_latency_comes_from_isolated_records_where_a_method_has_them(tmp_path: P
 
 
 def test_intervals_do_not_depend_on_the_order_lines_were_written(tmp_path: Path) -> None:
-    root = synth.synthetic_run(tmp_path / "a", synth.run_info(), trajectories=3, seed=4)
+    root = fixtures.synthetic_run(tmp_path / "a", fixtures.run_info(), trajectories=3, seed=4)
     shuffled = tmp_path / "b"
     for kind in ("records", "judgements", "memory"):
         for f in sorted((root / kind).glob("*.jsonl")):

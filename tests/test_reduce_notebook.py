@@ -9,8 +9,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from apm.reduce import synth
 from apm.reduce.cli import main
+from apm.testing import fixtures
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -23,8 +23,8 @@ def test_pair_in_sync() -> None:
 
 @pytest.mark.slow
 def test_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    root = synth.small_run_set(tmp_path / "runs")
-    synth.synthetic_run(root / "none", synth.run_info(memory="none"), trajectories=3, seed=4)
+    root = fixtures.small_run_set(tmp_path / "runs")
+    fixtures.synthetic_run(root / "none", fixtures.run_info(memory="none"), trajectories=3, seed=4)
     out = tmp_path / "out"
     main([str(root), "--out", str(out), "--bootstrap", "20", "--no-figures"])
     monkeypatch.setenv("APM_RUNS", str(root))

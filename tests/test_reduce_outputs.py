@@ -12,18 +12,19 @@ import pytest
 from PIL import Image
 
 from apm.publish.report import chunks, log_summary
-from apm.reduce import bootstrap, synth
+from apm.reduce import bootstrap
 from apm.reduce.cli import main
 from apm.reduce.figures import bubble_areas, spans_decades, write_figures
 from apm.reduce.names import human_bytes, method_label
 from apm.reduce.scores import SCORE_COLUMNS, read_scores
+from apm.testing import fixtures
 
 
 @pytest.fixture(scope="module")
 def reduced(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = synth.small_run_set(tmp_path_factory.mktemp("runs"))
-    synth.synthetic_run(root / "none", synth.run_info(memory="none"), trajectories=4, seed=1)
-    synth.synthetic_run(root / "rand", synth.run_info(memory="none", backbone="random"), trajectories=4, seed=2)
+    root = fixtures.small_run_set(tmp_path_factory.mktemp("runs"))
+    fixtures.synthetic_run(root / "none", fixtures.run_info(memory="none"), trajectories=4, seed=1)
+    fixtures.synthetic_run(root / "rand", fixtures.run_info(memory="none", backbone="random"), trajectories=4, seed=2)
     out = root / "out"
     assert main([str(root / "main"), str(root / "ea"), str(root / "none"), str(root / "rand"),
                  "--out", str(out), "--bootstrap", "50"]) == 0
@@ -52,7 +53,7 @@ def test_table4_rows_and_names(reduced: Path) -> None:
 
 
 def test_an_ea_run_sharing_the_dataset_name_contributes_only_ea_scores(tmp_path: Path) -> None:
-    root = synth.small_run_set(tmp_path)
+    root = fixtures.small_run_set(tmp_path)
     for f in (root / "ea" / "records").glob("*.jsonl"):  # the shipped ea_restricted preset: same dataset
         f.write_text(f.read_text().replace('"dataset":"apm-ea"', '"dataset":"apm"'))
     assert main([str(root), "--out", str(tmp_path / "out"), "--bootstrap", "0", "--no-figures"]) == 0
@@ -91,7 +92,7 @@ def test_figures(reduced: Path, name: str) -> None:
 
 
 def test_compare_identical_runs_differ_by_nothing(tmp_path: Path) -> None:
-    root = synth.small_run_set(tmp_path)
+    root = fixtures.small_run_set(tmp_path)
     main(["--compare", str(root / "main"), str(root / "main"), "--out", str(tmp_path / "out"), "--bootstrap", "50"])
     compare = pd.read_csv(tmp_path / "out" / "compare.csv")
     assert (compare["diff"] == 0).all() and (compare["ci_low"] == 0).all() and (compare["p_value"] == 1).all()
@@ -99,11 +100,11 @@ def test_compare_identical_runs_differ_by_nothing(tmp_path: Path) -> None:
 
 
 def test_compare_pairs_shared_keys(tmp_path: Path) -> None:
-    a = [synth.record("ER", f"C{i}") for i in range(4)] + [synth.record("ER", "C9")]
-    b_run = synth.run_info(memory="text_summary")
-    b = [synth.record("ER", f"C{i}", run=b_run, correct=i < 2, answer="A" if i < 2 else "B") for i in range(4)]
-    synth.write_run(tmp_path / "a", a)
-    synth.write_run(tmp_path / "b", b)
+    a = [fixtures.record("ER", f"C{i}") for i in range(4)] + [fixtures.record("ER", "C9")]
+    b_run = fixtures.run_info(memory="text_summary")
+    b = [fixtures.record("ER", f"C{i}", run=b_run, correct=i < 2, answer="A" if i < 2 else "B") for i in range(4)]
+    fixtures.write_run(tmp_path / "a", a)
+    fixtures.write_run(tmp_path / "b", b)
     main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out"), "--bootstrap", "200"])
     row = pd.read_csv(tmp_path / "out" / "compare.csv").query("metric == 'task_score' and task == 'ER'").iloc[0]
     assert (row["value_a"], row["value_b"], row["diff"], row["n"]) == (100.0, 50.0, -50.0, 4)  # C9 not shared
@@ -174,7 +175,7 @@ def test_no_figures_without_data(tmp_path: Path) -> None:
 
 
 def test_compare_without_replicates_has_values_but_no_intervals(tmp_path: Path) -> None:
-    root = synth.small_run_set(tmp_path)
+    root = fixtures.small_run_set(tmp_path)
     main(["--compare", str(root / "main"), str(root / "main"), "--out", str(tmp_path / "out"), "--bootstrap", "0"])
     compare = pd.read_csv(tmp_path / "out" / "compare.csv")
     assert len(compare) > 20 and compare["ci_low"].isna().all() and (compare["diff"] == 0).all()
@@ -182,7 +183,7 @@ def test_compare_without_replicates_has_values_but_no_intervals(tmp_path: Path) 
 
 
 def test_reduce_refuses_unjudged_probes_unless_allowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    root = synth.small_run_set(tmp_path / "runs")
+    root = fixtures.small_run_set(tmp_path / "runs")
     for f in root.rglob("judgements/*.jsonl"):
         f.unlink()  # as if apm-judge never ran
     out = tmp_path / "out"
@@ -214,7 +215,7 @@ def test_report_manifest_names_inputs_judges_and_bootstrap(reduced: Path) -> Non
 
 def test_a_failed_reduce_leaves_the_previous_report_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    root = synth.small_run_set(tmp_path / "runs")
+    root = fixtures.small_run_set(tmp_path / "runs")
     out = tmp_path / "report"
     assert main([str(root), "--out", str(out), "--bootstrap", "0", "--no-figures"]) == 0
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}

@@ -14,12 +14,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from apm.reduce import synth
 from apm.reduce.cli import main
 from apm.reduce.figures import bubble_areas, radar_figure, tradeoff_figure, write_figures
 from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import read_scores
 from apm.reduce.tables import write_tables
+from apm.testing import fixtures
 
 QWEN, SEED, INTERN = "Qwen3-VL-8B-Instruct", "Seed-2.0-Lite", "InternVL3.5-8B"
 BACKBONES = {QWEN: "qwen3_vl_8b", SEED: "seed_2_0_lite", INTERN: "internvl3_5_8b", "Random": "random",
@@ -50,8 +50,8 @@ REFERENCE_ORDER = [  # by memory, then random, always_silent, always_intervene, 
 ]
 
 
-def _run(memory: str, backbone: str) -> synth.Line:
-    run = synth.run_info(memory=memory, backbone=backbone)
+def _run(memory: str, backbone: str) -> fixtures.Line:
+    run = fixtures.run_info(memory=memory, backbone=backbone)
     run["choices"] = {"memory": MEMORIES[memory], "backbone": BACKBONES[backbone]}
     if memory in DECLARED:
         run["capabilities"] = dict(zip(("streaming", "persistent"), DECLARED[memory]))
@@ -62,11 +62,11 @@ def _run(memory: str, backbone: str) -> synth.Line:
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("runs")
     for i, method in enumerate(METHODS):  # seeds under which every method has all 12 tasks (an Overall)
-        run_dir = synth.synthetic_run(root / f"m{i}", _run(*method), trajectories=3, seed=40 + i)
+        run_dir = fixtures.synthetic_run(root / f"m{i}", _run(*method), trajectories=3, seed=40 + i)
         if method[0] == "SimpleStream":  # no persistent state: 0 B/h
             path = run_dir / "memory" / "memory.jsonl"
             lines = [orjson.loads(line) | {"bytes": 0} for line in path.read_bytes().splitlines()]
-            synth.write_jsonl(path, lines)
+            fixtures.write_jsonl(path, lines)
     assert main([str(root), "--out", str(root / "out"), "--bootstrap", "0"]) == 0
     return root / "out"
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from runner_helpers import compose_run, records, run
 
 from apm.synth import generate
-from runner_helpers import compose_run, records, run
 
 SECRET = "sk-apm-test-0123456789abcdef"
 
@@ -23,7 +23,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture()
 def fake_api():
-    proc = subprocess.Popen([sys.executable, "-m", "apm.backbones.fake_server", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "apm.testing.fake_server", "--port", "0",
                              "--reply", '{"decision":"SILENT","reason":"nothing yet"}'],
                             stdout=subprocess.PIPE, text=True)
     port = int(proc.stdout.readline().split()[1])

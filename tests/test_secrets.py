@@ -22,7 +22,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _serve(*flags: str, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
-    server = subprocess.Popen([sys.executable, "-m", "apm.backbones.fake_server", "--port", "0", *flags],
+    server = subprocess.Popen([sys.executable, "-m", "apm.testing.fake_server", "--port", "0", *flags],
                               stdout=subprocess.PIPE, text=True, env=env)
     line = server.stdout.readline()
     assert line.startswith("PORT "), line

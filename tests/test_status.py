@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from apm.reduce import synth
 from apm.runner import ledger
 from apm.scale import scheduler, status
+from apm.testing import fixtures
 
 KEYS = {i: [f"T{i}/c{j}/query" for j in range(10)] for i in range(3)}
 
@@ -22,7 +22,7 @@ KEYS = {i: [f"T{i}/c{j}/query" for j in range(10)] for i in range(3)}
 def record(key: str, error: str | None = None) -> dict:
     """A complete record line for ``key`` (readers skip incomplete ones)."""
     trajectory, candidate, probe = key.split("/")
-    return synth.record("ER", candidate, probe, trajectory, error=error)
+    return fixtures.record("ER", candidate, probe, trajectory, error=error)
 
 
 def write_shard(run: Path, index: int, done: int, errors: int, events: list[dict]) -> None:

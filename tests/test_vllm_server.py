@@ -17,7 +17,7 @@ import pytest
 from apm.backbones import Message, Request
 from apm.backbones.vllm_server import VLLMServerBackbone
 
-FAKE = ["{python}", "-m", "apm.backbones.fake_server"]
+FAKE = ["{python}", "-m", "apm.testing.fake_server"]
 REQUEST = Request((Message.text("user", "hi"),), request_id="k")
 
 
@@ -136,7 +136,7 @@ HARNESS = textwrap.dedent(
     if sys.argv[1] == "chain":
         signal.signal(signal.SIGUSR2, lambda s, f: (print("previous handler ran", flush=True), sys.exit(7)))
     b = VLLMServerBackbone(model="m", python=sys.executable, log_dir=sys.argv[2],
-                           command=["{python}", "-m", "apm.backbones.fake_server"])
+                           command=["{python}", "-m", "apm.testing.fake_server"])
     asyncio.run(b.start())
     print("SERVER", b._proc.pid, flush=True)
     time.sleep(60)

@@ -2,7 +2,7 @@
 
 Used by the fault tests, the throughput benchmark and the server-lifecycle tests: each chat request
 takes the next entry of ``faults`` (``ok`` once they run out) and the server counts what it saw.
-Run standalone with ``python -m apm.backbones.fake_server --port 0``; it prints ``PORT <n>``.
+Run standalone with ``python -m apm.testing.fake_server --port 0``; it prints ``PORT <n>``.
 """
 
 from __future__ import annotations
