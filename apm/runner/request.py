@@ -67,8 +67,8 @@ def largest_request(setup: RunSetup, trajectories: list[Trajectory], instances: 
 
 def describe(setup: RunSetup, prepared: Prepared, budget: Truncation | None) -> str:
     """The request the backbone is sent, as lines: a head naming the instance, its frames and prompt
-    digest, then each message's parts in order — text as it is, each frame as its session, video offset
-    and wall-clock time — after the backbone's context guard, and what was left out for the context."""
+    digest, then each message's parts in order — text as it is, each frame (or still) as its session,
+    video offset and wall-clock time — after the backbone's context guard, and what was left out for the context."""
     guard = getattr(setup.backbone, "guard", None)
     request, cut = guard.apply(prepared.request) if guard is not None else (prepared.request, None)
     inst = prepared.request.instance
@@ -83,7 +83,7 @@ def describe(setup: RunSetup, prepared: Prepared, budget: Truncation | None) -> 
         for part in message.parts:
             if isinstance(part, FramePart):
                 f = part.frame
-                lines.append(f"[frame {f.session} +{f.offset:g}s {f.label}]")
+                lines.append(f"[{'still' if part.still else 'frame'} {f.session} +{f.offset:g}s {f.label}]")
             else:
                 lines.append(part.text)
     return "\n".join(lines)
