@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing as mp
-import os
 import multiprocessing.synchronize
+import os
 import shutil
 from pathlib import Path
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from tiny_vlm import CONF, frames_request, make_frames, tiny_model  # noqa: F401  (fixture)
 
 from apm.backbones import instantiate_backbone
 from apm.backbones.hf import HFBackbone
 from apm.backbones.tiny import build_tiny_qwen2vl
-from tiny_vlm import CONF, frames_request, make_frames, tiny_model  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from release_builder import mutated, write_release
 
 from apm.cli.data import main as apm_data
 from apm.data.ids import PLAIN, fold, id_path, id_problem, session_path
 from apm.data.model import Session
 from apm.synth import generate
-from release_builder import mutated, write_release
 
 REPO = Path(__file__).resolve().parents[1]
 HOSTILE = ["/abs/dir", "../x", "x", "x/", "x\\y", ".", "..", "...", "a\x00b", "a\nb", "S*", "[ab]", "é", "e\u0301",

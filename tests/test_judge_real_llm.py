@@ -25,8 +25,8 @@ from apm.data.release import load_release
 from apm.judge.cli import judge_backbone
 from apm.judge.rubric import CRITERIA, REPLY_SCHEMA, judge_prompt, probe_reference, rubric
 from apm.judge.stage import JudgeStage, JudgeStats
-from apm.records.judging import needs_judge
 from apm.records.jsonl import latest_records, read_folder
+from apm.records.judging import needs_judge
 from apm.synth import generate
 
 pytestmark = pytest.mark.slow

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from runner_helpers import ShownFrames, compose_run, memory_records, records, run
+
 from apm.memory.base import state_bytes
 from apm.synth import generate
-from runner_helpers import ShownFrames, compose_run, memory_records, records, run
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

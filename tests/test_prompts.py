@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from release_builder import base_release, write_release
 
 from apm.data.instances import release_instances
 from apm.data.release import load_release
 from apm.prompts import probe_prompt, template
 from apm.prompts.render import summary_prompts, turn_text
-from release_builder import base_release, write_release
-
 
 
 def _squash(text: str) -> str:

@@ -7,13 +7,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from release_builder import base_release, mutated, write_release, write_video
 
 from apm.cli.data import main as apm_data
 from apm.data import clock
 from apm.data.instances import release_instances
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
-from release_builder import base_release, mutated, write_release, write_video
 
 
 @pytest.fixture(scope="module")

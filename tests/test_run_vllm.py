@@ -7,10 +7,11 @@ import json
 import socket
 from urllib.parse import urlparse
 
-from apm.synth import generate
 from runner_helpers import compose_run, records, run
 from tiny_vlm import build_tiny_qwen2vl_once
 from vllm_fixtures import vllm_python  # noqa: F401  (fixture)
+
+from apm.synth import generate
 
 
 def test_apm_run_with_a_launched_vllm_server(vllm_python, tmp_path, monkeypatch):  # noqa: F811

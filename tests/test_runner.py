@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from runner_helpers import ShownFrames, compose_run, memory_records, records, run
 
 from apm.data import clock
 from apm.data.tasks import ADAPTIVE
 from apm.memory.base import state_bytes
 from apm.synth import generate
 from apm.video.pixelcode import read_code
-from runner_helpers import ShownFrames, compose_run, memory_records, records, run
 
 _CODES: dict[bytes, int | None] = {}
 

@@ -18,11 +18,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from runner_helpers import compose_run, memory_records, records, run
 
 from apm.backbones.baselines import Oracle, RandomBaseline
 from apm.scale import status
 from apm.synth import generate
-from runner_helpers import compose_run, memory_records, records, run
 
 REPO = Path(__file__).resolve().parents[1]
 CI_CONF = REPO / ".ci" / ".slurm-state" / "etc" / "slurm.conf"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from functools import lru_cache
 from pathlib import Path
 
 import av
