@@ -27,7 +27,7 @@ from PIL import Image
 
 from apm.backbones import FramePart, Message, Request, TextPart
 from apm.backbones.openai_api import OpenAIBackbone
-from apm.video.frames import Frame
+from apm.data.frames import Frame
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
 SECTION = "## Backbones"

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
+from apm.data.release import load_release
 from apm.runner.app import CONF_DIR, run_async, run_dir_of
 from apm.synth import generate
 from apm.video.cache import build_release_cache
-from apm.data.release import load_release
 
 
 def cpu_model() -> str:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.records.atomic import write_atomically
 from apm.streaming import Answer, Probe, SessionContext, StreamingSystem
-from apm.video.frames import Frame
 
 
 class KeyframeStream(StreamingSystem):

@@ -11,12 +11,12 @@ from typing import Any
 
 from apm.backbones.base import Request, Response
 from apm.backbones.baselines import RandomBaseline
+from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.records.atomic import write_atomically
 from apm.streaming import Answer, Probe, SessionContext, StreamingSystem
 from apm.streaming.base import earlier_states
 from apm.synth.render import read_scene
-from apm.video.frames import Frame
 from apm.video.pixelcode import read_code
 
 

@@ -25,8 +25,8 @@ from apm.backbones import (
 from apm.backbones.guard import ContextGuard
 from apm.backbones.openai_api import OpenAIBackbone
 from apm.data import clock
+from apm.data.frames import Frame
 from apm.testing.fake_server import FakeServer
-from apm.video.frames import Frame
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = clock.absolute("DAY1", "10:00:00")

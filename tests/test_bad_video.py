@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 from videogen import cfr, code_image, make_video, read_code
 
+from apm.data.frames import Frame
 from apm.video.cache import FrameCache
 from apm.video.decode import SamplingSettings, VideoDecodeError, assign_slots, sample_jpegs
-from apm.video.frames import Frame
 
 
 def codes(video: Path, **settings: float) -> list[int]:

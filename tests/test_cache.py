@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from videogen import cfr, make_video, read_code
 
+from apm.data.frames import Frame
 from apm.data.model import Release, Session, Trajectory
 from apm.video import cache as cache_mod
 from apm.video.cache import CACHE_DIR_ENV, FrameCache, build_release_cache, default_cache_dir
-from apm.video.frames import Frame
 from apm.video.store import CorruptEntryError, EntryFile, write_entry
 
 

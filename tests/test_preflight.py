@@ -18,11 +18,11 @@ from apm.backbones import FramePart, Message, Request, TextPart
 from apm.backbones.guard import ContextGuard
 from apm.backbones.openai_api import EndpointError, OpenAIBackbone
 from apm.backbones.vllm_server import VLLMServerBackbone
+from apm.data.frames import Frame
 from apm.runner.app import build_setup
 from apm.runner.request import largest_request, prepare_instance, state_dir_of
 from apm.synth import generate
 from apm.testing.fake_server import FakeServer
-from apm.video.frames import Frame
 
 KEY = "sk-preflight-test"
 

@@ -22,12 +22,12 @@ from apm.backbones.hf import HFBackbone, to_chat_inputs
 from apm.backbones.openai_api import OpenAIBackbone
 from apm.backbones.vllm_offline import multi_modal_data
 from apm.backbones.vllm_server import VLLMServerBackbone
+from apm.data.frames import Frame
 from apm.data.model import Trajectory
 from apm.data.release import load_release
 from apm.runner.context import prompt_digest
 from apm.synth import generate
 from apm.synth.world import SCALES, Scale
-from apm.video.frames import Frame
 
 Layout = list[tuple[str, list[tuple[str, Any]]]]
 """Per message: its role and its pieces, ``("text", str)`` or ``("frames", (frame index, …))``."""

@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
+from apm.data.frames import Frame
 from apm.data.instances import Instance, release_instances
 from apm.data.model import Release
 from apm.data.release import load_release
 from apm.synth import generate
 from apm.video.cache import FrameCache
-from apm.video.frames import Frame
 from apm.video.pixelcode import read_code
 from apm.video.select import (
     CausalityError,

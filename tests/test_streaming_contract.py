@@ -14,6 +14,7 @@ import pytest
 from runner_helpers import compose_run, memory_records, records, run
 from streaming_spies import PixelSpy
 
+from apm.data.frames import Frame
 from apm.data.instances import release_instances
 from apm.data.release import load_release
 from apm.memory.base import History, state_bytes
@@ -21,7 +22,6 @@ from apm.runner.online import session_frames
 from apm.runner.streaming import compose_request
 from apm.synth import generate
 from apm.video.decode import VideoDecodeError
-from apm.video.frames import Frame
 from apm.video.select import CausalityError
 
 TESTS = Path(__file__).resolve().parent

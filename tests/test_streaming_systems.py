@@ -14,11 +14,11 @@ from runner_helpers import compose_run, memory_records, records, run
 from test_streaming_contract import assert_storage_is_on_disk
 from tiny_vlm import tiny_model  # noqa: F401  (fixture)
 
+from apm.data.frames import Frame
 from apm.data.release import load_release
 from apm.streaming.kv_cache import encode_chunk
 from apm.synth import generate
 from apm.video.cache import FrameCache
-from apm.video.frames import Frame
 
 pytestmark = pytest.mark.slow
 EVENTS = ["memory=event_memory", "backbone=random", "+backbone@writer=random",

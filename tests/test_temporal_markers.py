@@ -29,7 +29,7 @@ from apm.backbones import instantiate_backbone
 from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart
 from apm.backbones.hf import HFBackbone
 from apm.data import clock
-from apm.video.frames import Frame
+from apm.data.frames import Frame
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart
-from apm.video.frames import Frame
+from apm.data.frames import Frame
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "backbone"
 

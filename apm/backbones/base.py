@@ -19,8 +19,8 @@ from fractions import Fraction
 from itertools import groupby
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from apm.data.frames import Frame
 from apm.data.instances import Instance
-from apm.video.frames import Frame
 
 Role = Literal["system", "user", "assistant"]
 

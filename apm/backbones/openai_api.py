@@ -43,7 +43,7 @@ from apm.backbones.base import (
     video_uuid,
 )
 from apm.backbones.guard import ContextGuard, Policy, text_chars
-from apm.video.frames import Frame
+from apm.data.frames import Frame
 
 log = logging.getLogger(__name__)
 

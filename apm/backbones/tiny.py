@@ -14,8 +14,6 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-
-
 SPECIAL_TOKENS = (
     "<|endoftext|>",
     "<|im_start|>",

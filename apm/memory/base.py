@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
-from apm.video.frames import Frame
 from apm.video.select import Span
 
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from apm.data import clock
 from apm.data.digest import files_digest
+from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session
-from apm.video.frames import Frame
 
 if TYPE_CHECKING:
     from apm.backbones.base import Part

@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 
 from apm.backbones.base import FramePart, GenerationSettings, Message, Part, Request, TextPart
 from apm.data import clock
+from apm.data.frames import Frame
 from apm.data.instances import Instance
 from apm.data.model import Trajectory
 from apm.memory.base import History
 from apm.prompts import probe_prompt, stream_parts, system_prompt, turn_text
 from apm.runner.config import FrameLayout
 from apm.video.cache import FrameCache
-from apm.video.frames import Frame
 from apm.video.select import prefix_spans, select_frames, session_stable_frames
 
 

@@ -29,23 +29,23 @@ from typing import Any
 
 from apm.backbones.base import GenerationSettings, Response, Truncation
 from apm.data import clock
+from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn, candidate_instances
 from apm.data.model import Release, Session, Trajectory
 from apm.memory.base import MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
 from apm.prompts import turn_text
+from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
 from apm.runner import latency
 from apm.runner.config import FrameLayout
 from apm.runner.context import Prepared
 from apm.runner.ledger import scheduler_job_id
 from apm.runner.lock import LockHeld, WriterLock
 from apm.runner.outcome import judge_output
-from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
 from apm.runner.request import prepare_instance, state_dir_of
 from apm.runner.stops import FailFast
 from apm.streaming.base import StreamingSystem
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError
-from apm.video.frames import Frame
 from apm.video.select import CausalityError, uniform_indices
 
 

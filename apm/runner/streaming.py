@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from apm.backbones.base import Message, Request, Response
+from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History
@@ -41,7 +42,6 @@ from apm.runner.online import (
 from apm.runner.request import state_dir_of
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
 from apm.video.decode import VideoDecodeError
-from apm.video.frames import Frame
 from apm.video.select import CausalityError
 
 if TYPE_CHECKING:

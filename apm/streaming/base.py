@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from apm.backbones.base import Request, Response
+from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History
-from apm.video.frames import Frame
 
 
 @dataclass(frozen=True)

@@ -25,13 +25,13 @@ import numpy as np
 
 from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart
 from apm.data import clock
+from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.data.instances import Turn
 from apm.data.model import Session
 from apm.memory.text import bm25_scores, instance_query
 from apm.records.atomic import write_atomically
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
-from apm.video.frames import Frame
 from apm.video.select import uniform_indices
 
 DESCRIBE = ("You watch a short event from an egocentric video. Describe in one sentence what is visible "

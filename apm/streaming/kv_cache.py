@@ -28,13 +28,13 @@ import numpy as np
 
 from apm.backbones.base import Request, Response, video_timing
 from apm.backbones.hf import HFBackbone, to_chat_inputs
+from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.data.instances import Turn
 from apm.data.model import Session
 from apm.memory.text import instance_query
 from apm.records.atomic import write_atomically
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
-from apm.video.frames import Frame
 
 VIDEO_SEGMENT = "<|vision_start|><|video_pad|><|vision_end|>"
 """A chunk's text: one video placeholder (Qwen2-VL's), expanded by the processor to the chunk's tokens."""

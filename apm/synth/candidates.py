@@ -18,7 +18,16 @@ from typing import Callable, Hashable, Iterator
 from apm.data import clock
 from apm.data.tasks import EA_UNAVAILABLE_OPTION, MCQA_OPTIONS, TASKS
 from apm.synth.world import (
-    ACTIONS, PACKING, TRAY_SLOTS, WORDS, ZONE_PLACES, ZONE_RELATIVE, ZONES, SessionWorld, State, TrajectoryWorld,
+    ACTIONS,
+    PACKING,
+    TRAY_SLOTS,
+    WORDS,
+    ZONE_PLACES,
+    ZONE_RELATIVE,
+    ZONES,
+    SessionWorld,
+    State,
+    TrajectoryWorld,
 )
 
 EA_UNAVAILABLE_TEXT = "Not enough evidence in the recent sessions to answer yet"

@@ -18,7 +18,14 @@ from apm.data import clock
 from apm.synth.candidates import MinedTrajectory, mine
 from apm.synth.render import add_motion, render_state
 from apm.synth.world import (
-    ACTIONS, OBJECT_COLOURS, SCALES, Scale, SessionWorld, TrajectoryWorld, make_trajectory, session_json,
+    ACTIONS,
+    OBJECT_COLOURS,
+    SCALES,
+    Scale,
+    SessionWorld,
+    TrajectoryWorld,
+    make_trajectory,
+    session_json,
 )
 from apm.video.encode import H264Writer
 

@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass
 from itertools import groupby
 
+from apm.data.frames import Frame
 from apm.data.instances import Instance
 from apm.data.model import Session, Trajectory
 from apm.video.cache import FrameCache
-from apm.video.frames import Frame
 
 SIMPLESTREAM_FRAMES = 4
 """SimpleStream, the paper's no-memory baseline, sees the 4 most recent frames."""
