@@ -11,13 +11,16 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from apm.backbones.base import Request
 from apm.backbones.baselines import Oracle
+from apm.data.instances import Instance
 from apm.runner.app import CONF_DIR, run_async, run_dir_of
 from apm.testing.fake_server import FakeServer
 
@@ -68,16 +71,28 @@ def kill_after(proc: subprocess.Popen, run_root: Path, lines: int, within_s: flo
     return killed
 
 
+@dataclass(frozen=True)
+class SeenRequest(Request):
+    """A request as a spy keeps it, beside the instance it asked about (``None``: a summary writer's)."""
+
+    instance: Instance | None = None
+
+
 class ShownFrames(Oracle):
-    """The oracle baseline that also keeps every request it was sent (to inspect the pixels shown)."""
+    """The oracle baseline that also keeps every request it was sent (to inspect the pixels shown), with
+    the instance its reference channel was handed (the request itself carries none)."""
 
     seen: dict[str, Any] = {}
 
     def __init__(self, name: str = "Shown Frames Probe", max_frames: int | None = None):
         super().__init__(name=name, max_frames=max_frames)
 
+    async def answer_instance(self, request, instance):
+        ShownFrames.seen[request.request_id] = SeenRequest(**vars(request), instance=instance)
+        return await super().answer_instance(request, instance)
+
     async def generate(self, request):
-        ShownFrames.seen[request.request_id] = request
+        ShownFrames.seen[request.request_id] = SeenRequest(**vars(request))
         return await super().generate(request)
 
 

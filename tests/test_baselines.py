@@ -10,6 +10,7 @@ import pytest
 from release_builder import base_release, write_release
 
 from apm.backbones import Request, Response
+from apm.backbones.base import ask as send
 from apm.backbones.baselines import AlwaysIntervene, AlwaysSilent, Oracle, RandomBaseline
 from apm.data.instances import Instance, release_instances
 from apm.data.release import load_release
@@ -25,8 +26,7 @@ def instances(tmp_path_factory: pytest.TempPathFactory) -> list[Instance]:
 def ask(backbone, instances: list[Instance]) -> dict[str, Response]:
     async def main() -> list[Response]:
         async with backbone:
-            requests = [Request((), instance=i, request_id=i.key) for i in instances]
-            return await asyncio.gather(*(backbone.generate(r) for r in requests))
+            return await asyncio.gather(*(send(backbone, Request((), request_id=i.key), i) for i in instances))
 
     return {i.key: r for i, r in zip(instances, asyncio.run(main()))}
 
@@ -102,6 +102,6 @@ def test_always_silent_and_always_intervene(instances):
             assert not loud[i.key].ok
 
 
-def test_a_request_without_instance_is_an_error_response():
-    r = asyncio.run(Oracle().generate(Request(())))
-    assert not r.ok and "request.instance" in r.error
+def test_a_baseline_asked_without_its_channel_has_no_answer(instances: list[Instance]) -> None:
+    response = asyncio.run(Oracle().generate(Request((), request_id=instances[0].key)))
+    assert not response.ok and "answers from the instance" in response.error

@@ -10,6 +10,7 @@ import asyncio
 import json
 import math
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ def test_earlier_sessions_are_the_same_and_the_current_prefix_only_grows(world) 
     for group in by_session(instances):
         shown = [prepared(world, inst, 16) for inst in group]
         for a, b in zip(shown, shown[1:]):
-            inst = a.request.instance
+            inst = a.instance
             (a_earlier, a_now), (b_earlier, b_now) = (split(x.frames, inst.session) for x in (a, b))
             assert a_earlier == b_earlier, inst.key
             grid = a_now[:-1]  # its own latest may be off the stride
@@ -196,7 +197,8 @@ def test_a_data_parallel_server_gets_each_trajectory_on_one_engine(world) -> Non
                 assert (await backbone.generate(r)).ok
 
     picked = [i for i in instances if i.task in ("ER", "ERA")][:12]
-    requests = [Request((Message.text("user", i.key),), GenerationSettings(max_tokens=2), instance=i) for i in picked]
+    requests = [Request((Message.text("user", i.key),), GenerationSettings(max_tokens=2), trajectory_id=i.trajectory_id)
+                for i in picked]
     requests.append(Request((Message.text("user", "no trajectory"),), GenerationSettings(max_tokens=2)))
     with served(keep_requests=True) as fake:
         asyncio.run(send(VLLMServerBackbone(model="m", launch=False, base_url=fake.base_url, data_parallel_size=3),
@@ -274,8 +276,7 @@ def test_the_vllm_server_reports_the_tokens_its_prefix_cache_served(
 def replace_system(request: Request, salt: str) -> Request:
     """``request`` with ``salt`` opening its system message, so two layouts never share a cached prefix."""
     system, *rest = request.messages
-    return Request((Message.text("system", salt + system.parts[0].text), *rest), request.settings,
-                   request.instance, request.request_id)
+    return replace(request, messages=(Message.text("system", salt + system.parts[0].text), *rest))
 
 
 @pytest.mark.slow

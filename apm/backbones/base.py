@@ -156,14 +156,15 @@ class GenerationSettings:
 
 @dataclass(frozen=True)
 class Request:
-    """What a backbone is asked: the chat, the settings and (for baselines/logs) the instance."""
+    """What a backbone is asked: the chat and the settings — and nothing of the annotations (the
+    reference baselines get the instance on their own channel, :func:`ask`)."""
 
     messages: tuple[Message, ...]
     settings: GenerationSettings = field(default_factory=GenerationSettings)
-    instance: Instance | None = None
-    """The runtime instance asked about; reference baselines answer from it, models must not."""
     request_id: str = ""
     """The instance key (or any id) used in logs."""
+    trajectory_id: str | None = None
+    """The trajectory asked about: engines route all of a trajectory's probes to one engine (caches)."""
 
     @property
     def frames(self) -> tuple[Frame, ...]:
@@ -239,12 +240,23 @@ class BackboneLike(Protocol):
     async def generate(self, request: Request) -> Response: ...
 
 
+async def ask(backbone: BackboneLike, request: Request, instance: Instance) -> Response:
+    """Send ``request`` about ``instance``: the ground truth goes only to a backbone that declares
+    ``answers_from_annotations`` (a reference baseline); every other backbone gets the request alone."""
+    if getattr(backbone, "answers_from_annotations", False):
+        return await backbone.answer_instance(request, instance)  # type: ignore[attr-defined]
+    return await backbone.generate(request)
+
+
 class Backbone(abc.ABC):
     """Base class for backbones: async context manager plus a synchronous convenience call."""
 
     name: str = "backbone"
     max_frames: int | None = None
     """At most this many frames per request (the runner samples uniformly up to it); None: no cap."""
+    answers_from_annotations: bool = False
+    """A reference method (oracle, seeded random…) that answers from the instance itself: :func:`ask`
+    hands it the instance through :meth:`answer_instance`. A model never is."""
     _runner: asyncio.Runner | None = None
 
     async def start(self) -> None:
@@ -256,6 +268,10 @@ class Backbone(abc.ABC):
     @abc.abstractmethod
     async def generate(self, request: Request) -> Response:
         """Answer one request; record failures in ``Response.error`` instead of raising."""
+
+    async def answer_instance(self, request: Request, instance: Instance) -> Response:
+        """A reference method's answer, given the instance (only when ``answers_from_annotations``)."""
+        raise NotImplementedError(f"{self.name} does not answer from annotations")
 
     async def __aenter__(self) -> Backbone:
         await self.start()

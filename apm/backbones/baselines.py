@@ -1,6 +1,7 @@
 """Reference baselines that need no model and anchor every table: random, always-*, oracle.
 
-They answer from ``request.instance`` in exactly the Appendix E JSON formats. ``random`` is seeded
+They answer from the instance — handed to them on their own channel (``ask``), never inside the
+request a model sees — in exactly the Appendix E JSON formats. ``random`` is seeded
 from a stable hash of the instance key, so its answer never depends on order, concurrency or
 sharding. ``always_silent`` / ``always_intervene`` only make sense for Adaptive probes and return an
 error Response for MCQA/EA. ``oracle`` copies the annotations: an upper-bound sanity check.
@@ -58,12 +59,16 @@ class Baseline(Backbone):
     def answer(self, instance: Instance) -> Answer:
         """The answer object; raise ValueError when the baseline has none for this instance."""
 
+    answers_from_annotations = True
+
     async def generate(self, request: Request) -> Response:
+        """Without its instance a reference baseline has nothing to answer from."""
+        return Response(error=f"{self.name} answers from the instance: call it through apm.backbones.base.ask")
+
+    async def answer_instance(self, request: Request, instance: Instance) -> Response:
         began = time.perf_counter()
-        if request.instance is None:
-            return Response(error=f"{self.name} answers from request.instance, which is missing")
         try:
-            text = json.dumps(self.answer(request.instance), ensure_ascii=False, separators=(",", ":"))
+            text = json.dumps(self.answer(instance), ensure_ascii=False, separators=(",", ":"))
         except (ValueError, KeyError, IndexError, TypeError) as e:
             return Response(error=f"{self.name}: {type(e).__name__}: {e}")
         took = time.perf_counter() - began

@@ -22,7 +22,7 @@ from apm.backbones.base import (
     video_timing,
     video_uuid,
 )
-from apm.backbones.local import WorkerThreadBackbone
+from apm.backbones.worker_thread import WorkerThreadBackbone
 
 FramesAs = Literal["video", "images"]
 T = TypeVar("T")

@@ -369,9 +369,9 @@ class OpenAIBackbone(Backbone):
     def route(self, request: Request) -> dict[str, str]:
         """Headers that send ``request`` to its trajectory's engine of a data-parallel server (none for one
         engine, or for a request of no trajectory): every probe of a trajectory reaches one prefix cache."""
-        if self.data_parallel_size <= 1 or request.instance is None:
+        if self.data_parallel_size <= 1 or request.trajectory_id is None:
             return {}
-        return {"X-data-parallel-rank": str(engine_of(request.instance.trajectory_id, self.data_parallel_size))}
+        return {"X-data-parallel-rank": str(engine_of(request.trajectory_id, self.data_parallel_size))}
 
     def _video_timing(self, request: Request) -> VideoTiming | None:
         """In video mode, the one timing every run of frames of ``request`` has; None: send images."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from apm.backbones.base import GenerationSettings, Request, Response
 from apm.backbones.hf import ChatInputs, FramesAs, to_chat_inputs
-from apm.backbones.local import WorkerThreadBackbone
+from apm.backbones.worker_thread import WorkerThreadBackbone
 
 
 def multi_modal_uuids(chat: ChatInputs) -> dict[str, list[str]]:

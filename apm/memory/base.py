@@ -64,7 +64,8 @@ class MemoryProtocol(abc.ABC):
     session_frames: int = 0
     """How many frames of a completed session ``end_session`` wants to see (0: none)."""
     needs_writer: bool = False
-    """Whether ``end_session`` asks a backbone to write text memory (``writer``)."""
+    """Whether ``end_session`` asks a backbone to write text memory: only then is it given the
+    ``writer`` (otherwise ``None``)."""
     streaming: bool = False
     """Whether the method takes streaming input (Table 3's "Streaming" column): a protocol shows a
     stateless backbone a rebuilt context per probe, so it does not."""

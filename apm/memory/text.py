@@ -14,6 +14,7 @@ from apm.data.instances import Instance
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
 from apm.prompts import stream_parts, summary_prompts, turn_text
+from apm.prompts.parse import json_object
 from apm.records.atomic import write_atomically
 
 
@@ -63,9 +64,7 @@ class TextSummary(MemoryProtocol):
 
 def _memory_text(text: str) -> tuple[str, str]:
     """The ``memory`` field of the writer's JSON reply, or the reply itself when it is not that JSON."""
-    from apm.prompts.parse import _json_object
-
-    obj, repaired = _json_object(text)
+    obj, repaired = json_object(text)
     if obj is not None and isinstance(obj.get("memory"), str):
         return obj["memory"], "repaired" if repaired else "ok"
     return text, "failed"

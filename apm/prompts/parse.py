@@ -71,7 +71,7 @@ class Parsed:
     """Reason class when ``status`` is ``failed`` (see the module docstring)."""
 
 
-def _json_object(text: str) -> tuple[dict[str, Any] | None, bool]:
+def json_object(text: str) -> tuple[dict[str, Any] | None, bool]:
     """The JSON object in ``text`` and whether recovering it needed a repair."""
     stripped = text.strip()
     try:
@@ -152,7 +152,7 @@ def parse_mcqa(text: str, options: str = "ABCD", finish_reason: str | None = Non
     """An MCQA/EA answer: ``{"answer": "B"}``, repaired from common deviations."""
     if not text or not text.strip():
         return Parsed("failed", error="empty")
-    obj, repaired = _json_object(text)
+    obj, repaired = json_object(text)
     source = obj if obj is not None else {"answer": text}
     key = _key(source, "answer")
     letter, error = _letter(source.get(key) if key else None, options)
@@ -168,7 +168,7 @@ def parse_adaptive(text: str, needs_answer: bool = False, finish_reason: str | N
     """An adaptive probe: ``{"decision": "SILENT"|"INTERVENE", …}``; ERA interventions need ``answer``."""
     if not text or not text.strip():
         return Parsed("failed", error="empty")
-    obj, repaired = _json_object(text)
+    obj, repaired = json_object(text)
     source = obj if obj is not None else {"decision": text, "answer": text}
     dkey, akey = _key(source, "decision"), _key(source, "answer")
     decision, error = _decision(source.get(dkey) if dkey else None)

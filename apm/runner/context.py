@@ -32,6 +32,9 @@ class Prepared:
     request: Request
     frames: tuple[Frame, ...]
     prompt_sha256: str
+    instance: Instance
+    """Who it asks about: kept beside the request, never in it (only :func:`apm.backbones.base.ask`
+    hands it to a reference baseline)."""
 
 
 def _session_header(trajectory: Trajectory, key: str, what: str) -> str:
@@ -123,5 +126,5 @@ def prepare(
         Message.text("system", system_prompt()),
         Message("user", tuple(build_parts(trajectory, instance, history, frames, stills)), time=instance.probe_time),
     )
-    request = Request(messages=messages, settings=settings, instance=instance, request_id=instance.key)
-    return Prepared(request, (*frames, *stills), prompt_digest(messages))
+    request = Request(messages=messages, settings=settings, request_id=instance.key, trajectory_id=instance.trajectory_id)
+    return Prepared(request, (*frames, *stills), prompt_digest(messages), instance)

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import GenerationSettings, Response, Truncation
+from apm.backbones.base import GenerationSettings, Response, Truncation, ask
 from apm.data import clock
 from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn, candidate_instances
@@ -40,7 +40,7 @@ from apm.runner.config import FrameLayout
 from apm.runner.context import Prepared
 from apm.runner.ledger import scheduler_job_id
 from apm.runner.lock import LockHeld, WriterLock
-from apm.runner.outcome import judge_output
+from apm.runner.outcome import apply_gate
 from apm.runner.request import prepare_instance, state_dir_of
 from apm.runner.stops import FailFast
 from apm.streaming.base import StreamingSystem
@@ -128,7 +128,7 @@ def make_record(setup: RunSetup, inst: Instance, trajectory: Trajectory, prepare
     state it saw (``NO_MEMORY`` in a trajectory's first session); ``in_flight``: requests in flight when
     it was sent, itself included."""
     session = trajectory.session(inst.session)
-    outcome = judge_output(inst, response.text, response.finish_reason) if response.ok else None
+    outcome = apply_gate(inst, response.text, response.finish_reason) if response.ok else None
     parsed = outcome.parsed if outcome else None
     prefix_s = float(inst.probe_time - session.start)
     ttft = prep_s + response.ttft_s if response.ttft_s is not None else None
@@ -351,7 +351,7 @@ class OnlineRun:
         view = SessionView(traj, session, session_interactions(s.release, traj, session), frames)
         async with self._sem if s.latency_mode else nullcontext():  # isolated: nothing runs beside it
             began = time.perf_counter()
-            facts = await s.protocol.end_session(view, state_dir, s.writer)
+            facts = await s.protocol.end_session(view, state_dir, s.writer if s.protocol.needs_writer else None)
             update_s = time.perf_counter() - began
         return await self._memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
 
@@ -399,7 +399,7 @@ class OnlineRun:
                 self._in_flight += 1
                 in_flight = self._in_flight
                 try:
-                    response = await s.backbone.generate(prepared.request)
+                    response = await ask(s.backbone, prepared.request, inst)
                 finally:
                     self._in_flight -= 1
                 response = replace(response, truncation=response.truncation or budget)

@@ -18,7 +18,7 @@ class Outcome:
     """Adaptive: the decision matches the probe's polarity; ERA positive also needs the right option."""
 
 
-def judge_output(instance: Instance, text: str, finish_reason: str | None = None) -> Outcome:
+def apply_gate(instance: Instance, text: str, finish_reason: str | None = None) -> Outcome:
     """Parse ``text`` for ``instance`` and apply the deterministic checks."""
     if instance.task not in ADAPTIVE:
         options = "".join(EA_OPTIONS if instance.task == EA else MCQA_OPTIONS)

@@ -71,7 +71,7 @@ def describe(setup: RunSetup, prepared: Prepared, budget: Truncation | None) -> 
     video offset and wall-clock time — after the backbone's context guard, and what was left out for the context."""
     guard = getattr(setup.backbone, "guard", None)
     request, cut = guard.apply(prepared.request) if guard is not None else (prepared.request, None)
-    inst = prepared.request.instance
+    inst = prepared.instance
     lines = [f"# {inst.key} · {inst.task} · probe {inst.probe_label} · {len(request.frames)} frames · "
              f"prompt sha256 {prepared.prompt_sha256}"]
     for left in (budget, cut):

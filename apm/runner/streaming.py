@@ -108,7 +108,8 @@ def compose_request(setup: RunSetup, trajectory: Trajectory, instance: Instance,
         Message.text("system", system_prompt()),
         Message("user", tuple(build_parts(trajectory, instance, history, list(frames))), time=instance.probe_time),
     )
-    return Request(messages=messages, settings=setup.settings, instance=instance, request_id=instance.key)
+    return Request(messages=messages, settings=setup.settings, request_id=instance.key,
+                   trajectory_id=instance.trajectory_id)
 
 
 def _missing(instances: list[Instance], on_record: dict[str, Any], shown: dict[str, Any]) -> bool:

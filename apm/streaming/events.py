@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart
+from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart, ask
 from apm.data import clock
 from apm.data.frames import Frame
 from apm.data.ids import session_path
@@ -142,7 +142,7 @@ class EventMemory(StreamingSystem):
         frames = sorted({*(e.keyframe for e in chosen), *self.latest}, key=lambda f: (order[f.session], f.offset))
         notes = [(e.session, e.note()) for e in chosen if e.session != self.context.session]
         request = probe.request(frames=frames, notes=notes, turns=self.turns.shown(probe))
-        return Answer(await self.context.backbone.generate(request), request)
+        return Answer(await ask(self.context.backbone, request, probe.instance), request)
 
     async def export(self, state_dir: Path) -> dict[str, Any]:
         if self.open:
