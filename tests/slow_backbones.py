@@ -8,9 +8,11 @@ from apm.backbones.baselines import RandomBaseline
 
 
 class SlowRandom(RandomBaseline):
-    async def generate(self, request):
+    """The random baseline at 30 ms an answer."""
+
+    async def answer_instance(self, request, instance):
         await asyncio.sleep(0.03)
-        return await super().generate(request)
+        return await super().answer_instance(request, instance)
 
 
 class FlakyWriter(RandomBaseline):

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import Request, Response
+from apm.backbones.base import Request, Response, ask
 from apm.backbones.baselines import RandomBaseline
 from apm.data.frames import Frame
 from apm.data.ids import session_path
@@ -94,7 +94,7 @@ class BackboneSpy(PixelSpy):
     async def answer(self, probe: Probe) -> Answer:
         await super().answer(probe)
         request = probe.request(frames=[self.latest] if self.latest else [])
-        return Answer(await self.context.backbone.generate(request), request)
+        return Answer(await ask(self.context.backbone, request, probe.instance), request)
 
 
 class SceneWriter(RandomBaseline):

@@ -56,7 +56,8 @@ def prepared(world, inst: Instance, max_frames: int, layout: FrameLayout = STABL
     """``inst``'s request under raw-video memory (earlier sessions in full), laid out by ``layout``."""
     _, release, _, cache = world
     traj = release.trajectory(inst.trajectory_id)
-    history = RawVideo().history(inst, traj, Path("/nonexistent"))  # spans need no state; turns: none kept
+    history = RawVideo().history(inst, traj, Path("/nonexistent"))  # no state folder: no turns kept …
+    history = replace(history, spans=tuple(replace(s, video=None) for s in history.spans))  # … release videos
     return prepare(cache, traj, inst, history, max_frames, GenerationSettings(max_tokens=4), layout)
 
 

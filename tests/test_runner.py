@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from runner_helpers import ShownFrames, compose_run, memory_records, records, run
 
@@ -189,3 +191,17 @@ def test_earlier_session_registrations_come_only_from_memory(tiny, cache, tmp_pa
                 assert f"{reg['day_id']}/{reg['session_id']}" != inst.session
             checked += 1
     assert checked > 0
+
+
+def test_raw_video_memory_replays_what_it_stores(tiny, tmp_path, monkeypatch):
+    """Earlier sessions' frames are read from the state folder's copies, not from the release."""
+    from apm.video.cache import FrameCache
+
+    read: list[Path] = []
+    original = FrameCache.entry
+    monkeypatch.setattr(FrameCache, "entry", lambda self, video: read.append(Path(video)) or original(self, video))
+    run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", ["memory=raw_video", "backbone=oracle",
+                                                                           "dataset.tasks=[ER]"]))
+    state = (run_dir / "memory_state").resolve()
+    stored = {p for p in read if state in p.resolve().parents}
+    assert stored and all(p.exists() for p in stored)

@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 class Sluggish(RandomBaseline):
     """The random baseline at half a second a request: a run that holds its shard for a while."""
 
-    async def generate(self, request):
+    async def answer_instance(self, request, instance):
         await asyncio.sleep(0.5)
-        return await super().generate(request)
+        return await super().answer_instance(request, instance)
 
 
 @pytest.fixture(scope="module")

@@ -34,9 +34,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 class Paced:
     """A baseline that waits ``$APM_TEST_PACE_S`` per answer (outside the config: same config hash)."""
 
-    async def generate(self, request):
+    async def answer_instance(self, request, instance):
         await asyncio.sleep(float(os.environ.get("APM_TEST_PACE_S", "0")))
-        return await super().generate(request)
+        return await super().answer_instance(request, instance)
 
 
 class PacedRandom(Paced, RandomBaseline):

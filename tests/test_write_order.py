@@ -33,10 +33,10 @@ DOWN = "APM_TEST_BACKBONE_DOWN"
 class DownWhileFlagged(RandomBaseline):
     """The random baseline, answering only errors while ``$APM_TEST_BACKBONE_DOWN`` names an existing file."""
 
-    async def generate(self, request):
+    async def answer_instance(self, request, instance):
         if Path(os.environ.get(DOWN, "/nonexistent")).exists():
             return Response(error="HTTP 503: backbone unavailable")
-        return await super().generate(request)
+        return await super().answer_instance(request, instance)
 
 
 def write_lines(path: Path, lines: list[dict]) -> None:

@@ -35,7 +35,8 @@ def _keep(src: Path, dst: Path) -> None:
 
 
 class RawVideo(MemoryProtocol):
-    """Every completed session's video is stored; instances see all earlier sessions in full.
+    """Every completed session's video is stored; instances see all earlier sessions in full, read
+    from the stored copies (what is measured is what is replayed).
 
     With ``keep_sessions=k`` only the k most recent completed sessions are kept and shown
     (``restricted``; k = 2 is the Evidence Availability-Aware setting).
@@ -72,4 +73,5 @@ class RawVideo(MemoryProtocol):
             if log.exists():
                 turns += [Turn(t["kind"], t["time"], t["text"], t["candidate_id"])
                           for t in json.loads(log.read_text()) if t.get("candidate_id") == instance.candidate_id]
-        return History(spans=tuple(Span(s.key, s.start, s.end) for s in prior), turns=tuple(turns))
+        spans = (Span(s.key, s.start, s.end, session_path(state_dir, s, s.video.suffix)) for s in prior)
+        return History(spans=tuple(spans), turns=tuple(turns))

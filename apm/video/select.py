@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import groupby
+from pathlib import Path
 
 from apm.data.frames import Frame
 from apm.data.instances import Instance
@@ -35,6 +36,9 @@ class Span:
     session: str
     start: int
     end: int
+    video: Path | None = None
+    """The file the frames are read from: the protocol's own stored copy (raw video replays what it
+    keeps), or ``None`` for the release's video of the session."""
 
 
 def uniform_indices(n: int, k: int) -> list[int]:
@@ -84,10 +88,12 @@ def select_frames(
         raise ValueError("give max_frames, recent or stride: one of them, not both")
     available: set[tuple[int, int]] = set()
     sessions: dict[int, Session] = {}
+    videos: dict[int, Path] = {}
     for span in spans:
         session = trajectory.session(span.session)
         _check(span, session, instance)
-        entry = cache.entry(session.video)
+        videos[session.index] = span.video or session.video
+        entry = cache.entry(videos[session.index])
         lo = math.ceil((span.start - session.start) * entry.rate)
         hi = min(math.floor((span.end - session.start) * entry.rate), entry.count - 1)
         sessions[session.index] = session
@@ -104,7 +110,7 @@ def select_frames(
     frames: list[Frame] = []
     for index, group in groupby(chosen, key=lambda s: s[0]):
         session = sessions[index]
-        entry = cache.entry(session.video)
+        entry = cache.entry(videos[index])
         samples = [i for _, i in group]
         for i, jpeg in zip(samples, entry.jpegs(samples)):
             offset = entry.offset(i)
