@@ -9,6 +9,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+pytest_plugins = ["vllm_fixtures", "tiny_vlm"]
+"""Shared fixtures (``vllm_python``, ``loop``; ``tiny_model``, ``tiny_qwen3vl``) available to every test
+module without importing them."""
+
 SPEC_EXCERPT = Path(__file__).parent / "spec" / "apm-bench-excerpt.md"
 """The paper's Table 4, Appendix A.3 and Appendix E, verbatim (checked against the full text by
 tests/test_spec_excerpt.py whenever it lies beside the checkout)."""

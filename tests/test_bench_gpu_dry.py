@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from vllm_fixtures import vllm_python  # noqa: F401  (fixture)
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "gpu" / "bench_gpu.py"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from runner_helpers import compose_run, run
-from vllm_fixtures import loop, required_env_path, vllm_python  # noqa: F401  (fixtures)
+from vllm_fixtures import required_env_path
 
 from apm.backbones.base import Request, Response
 from apm.backbones.vllm_server import VLLMServerBackbone

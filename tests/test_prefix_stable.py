@@ -22,8 +22,8 @@ from test_independent_instances import (  # noqa: F401  (the same checks, on thi
     test_no_request_carries_another_candidates_turns,
 )
 from test_select import shown as pixel_second
-from tiny_vlm import CONF, tiny_model  # noqa: F401  (fixture)
-from vllm_fixtures import loop, run_offline, vllm_python  # noqa: F401  (fixtures)
+from tiny_vlm import CONF
+from vllm_fixtures import run_offline
 
 from apm.backbones import instantiate_backbone
 from apm.backbones.base import FramePart, GenerationSettings, Message, Request, Stills, TextPart, frame_uuid

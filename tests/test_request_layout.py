@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 from runner_helpers import ShownFrames, compose_run, records, run
-from tiny_vlm import CONF, tiny_model  # noqa: F401  (fixture)
+from tiny_vlm import CONF
 
 from apm.backbones.base import FramePart, Message, Request, TextPart
 from apm.backbones.hf import HFBackbone, to_chat_inputs

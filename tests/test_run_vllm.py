@@ -9,7 +9,6 @@ from urllib.parse import urlparse
 
 from runner_helpers import compose_run, records, run
 from tiny_vlm import build_tiny_qwen2vl_once
-from vllm_fixtures import vllm_python  # noqa: F401  (fixture)
 
 from apm.synth import generate
 

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from runner_helpers import compose_run, memory_records, records, run
 from test_streaming_contract import assert_storage_is_on_disk
-from tiny_vlm import tiny_model  # noqa: F401  (fixture)
 
 from apm.data.frames import Frame
 from apm.data.release import load_release

@@ -12,7 +12,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from test_streaming_systems import first_trajectory
-from tiny_vlm import tiny_model  # noqa: F401  (fixture)
 
 from apm.reduce.figures import radar_figure, tradeoff_figure
 from apm.reduce.scores import read_scores

@@ -22,8 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from omegaconf import OmegaConf
-from tiny_vlm import CONF, make_frames, tiny_qwen3vl  # noqa: F401  (fixture)
-from vllm_fixtures import vllm_python  # noqa: F401  (fixture)
+from tiny_vlm import CONF, make_frames
 
 from apm.backbones import instantiate_backbone
 from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from tiny_vlm import CONF, frames_request, make_frames, tiny_model  # noqa: F401  (fixture)
-from vllm_fixtures import loop, run_offline, vllm_python  # noqa: F401  (fixtures)
+from tiny_vlm import CONF, frames_request, make_frames
+from vllm_fixtures import run_offline
 
 from apm.backbones import instantiate_backbone
 from apm.backbones.base import Response
