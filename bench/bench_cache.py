@@ -174,7 +174,10 @@ from apm.video.cache import FrameCache
 from apm.video.select import raw_video_frames
 def peak():
     status = dict(line.split(":", 1) for line in open("/proc/self/status"))
-    return {{"maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "hwm_kib": int(status["VmHWM"].split()[0])}}
+    return {{
+        "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "hwm_kib": int(status["VmHWM"].split()[0]),
+    }}
 cache_dir, traj, inst = pickle.load(sys.stdin.buffer)
 frames = raw_video_frames(FrameCache(cache_dir, max_side={max_side}), traj, inst, max_frames={max_frames})
 jpeg = peak()
@@ -278,7 +281,8 @@ def machine() -> str:
     model = next((ln.split(":", 1)[1].strip() for ln in lscpu if ln.startswith("Model name")), platform.processor())
     return (
         f"{os.cpu_count()} cores ({model}), {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}, PyAV {av.__version__} (FFmpeg {av.ffmpeg_version_info}), Pillow {PIL.__version__}"
+        f"Python {platform.python_version()}, PyAV {av.__version__} (FFmpeg {av.ffmpeg_version_info}), "
+        f"Pillow {PIL.__version__}"
     )
 
 
@@ -307,43 +311,57 @@ def report(r: Results, command: str) -> str:
     mb_hour = r.bytes_per_hour / 1e6
     peak = gib(max(r.peak["jpeg"]["maxrss_kib"], r.peak["jpeg"]["hwm_kib"]))
     shape = f"{r.minutes} min, {FPS} fps, {WIDTH}x{HEIGHT} H.264"
-    return "\n".join([
-        f"Measured {time.strftime('%Y-%m-%d')} on {machine()}.",
-        f"Sessions: {shape}; cache at 1 FPS, {MAX_SIDE} px max side, JPEG quality 85. Whole run: {r.wall_s:.0f} s; "
-        f"1-min load average {r.load[0]:.1f} at start, {r.load[1]:.1f} at end (the machine is shared: timings are noisy).",
-        f"Reproduce: `{command}`",
-        "",
-        "| figure | measured | target | |",
-        "| --- | --- | --- | --- |",
-        f"| cache build ÷ bare sequential decode (no pixel conversion), wall time, median of {len(r.build)} | "
-        f"{wall:.2f}× ({statistics.median(b[0] for b in r.build):.1f} s vs {statistics.median(d[0] for d in r.bare):.1f} s) "
-        f"| ≤ 1.3× | {ok(wall <= 1.3)} |",
-        f"| same, CPU time (all threads) | {cpu:.2f}× | | |",
-        f"| raw-video-as-memory input per instance: decoding from the videos ÷ reading the cache | "
-        f"{speedup:.0f}× ({direct_mean:.2f} s vs {cache_mean * 1000:.0f} ms) | ≥ 10× | {ok(speedup >= 10)} |",
-        f"| cache size per video hour | {mb_hour:.0f} MB ({r.kib_per_frame:.1f} KiB/frame) | ≤ 150 MB | {ok(mb_hour <= 150)} |",
-        f"| peak RSS preparing one {r.peak['frames']}-frame instance (fresh process) | {peak:.2f} GiB | ≤ 1.5 GiB | {ok(peak <= 1.5)} |",
-        "",
-        f"- Build vs decode, per run, wall (s): build {runs(r.build, 0)}; bare decode {runs(r.bare, 0)}; "
-        f"CPU (s): build {runs(r.build, 1)}; bare decode {runs(r.bare, 1)} (alternated in one process). The build "
-        "includes hashing the file. Both use FFmpeg's default decoder threading (CPU > wall); the build adds one "
-        "JPEG worker thread. The machine is shared, so wall times drift between runs; the CPU-time ratio is the "
-        "load-independent cost of the kept frames.",
-        f"- Trajectory: {SESSIONS} sessions × {PROBES_PER_SESSION} probes = {r.instances} instances, each with all "
-        f"prior sessions + its prefix, uniformly sampled to ≤ {MAX_FRAMES} frames. The cache path prepared all "
-        f"{r.instances} in {r.cache_prep_s:.2f} s (fresh FrameCache: entries opened and checksummed). "
-        f"Decoding straight from the videos was timed on {len(r.direct_s)} of them — the median probe of sessions "
-        f"1, 3 and 5, whose mean position equals the trajectory's — at {', '.join(f'{x:.1f}' for x in r.direct_s)} s; "
-        f"timing all {r.instances} would take ≈ {direct_mean * r.instances / 60:.0f} min.",
-        f"- Including the one-off build of all {SESSIONS} entries ({r.cache_build_all_s:.0f} s), the cache is still "
-        f"{amortised:.1f}× faster over this one trajectory; every later run, protocol and backbone reuses the entries.",
-        f"- Peak RSS: `ru_maxrss` {gib(r.peak['jpeg']['maxrss_kib']):.2f} GiB, `VmHWM` {gib(r.peak['jpeg']['hwm_kib']):.2f} GiB "
-        f"(the child's own peak; Linux carries the parent's peak, here {gib(r.peak['parent_maxrss_kib']):.2f} GiB, into a "
-        f"child's `ru_maxrss`, so the child is started while the benchmark is small). With all {r.peak['frames']} frames "
-        f"also decoded to RGB arrays: {gib(r.peak['pixels']['hwm_kib']):.2f} GiB (that decode belongs to the backbone stage).",
-        "- The synthetic footage compresses to ~20 KB per 448 px JPEG; detailed real footage yields larger "
-        "JPEGs, so re-check the size figure on real sessions (`du` of the cache folder ÷ video hours).",
-    ])
+    return "\n".join(
+        [
+            f"Measured {time.strftime('%Y-%m-%d')} on {machine()}.",
+            f"Sessions: {shape}; cache at 1 FPS, {MAX_SIDE} px max side, JPEG quality 85. "
+            f"Whole run: {r.wall_s:.0f} s; "
+            f"1-min load average {r.load[0]:.1f} at start, {r.load[1]:.1f} at end "
+            "(the machine is shared: timings are noisy).",
+            f"Reproduce: `{command}`",
+            "",
+            "| figure | measured | target | |",
+            "| --- | --- | --- | --- |",
+            f"| cache build ÷ bare sequential decode (no pixel conversion), wall time, median of {len(r.build)} | "
+            f"{wall:.2f}× ({statistics.median(b[0] for b in r.build):.1f} s "
+            f"vs {statistics.median(d[0] for d in r.bare):.1f} s) "
+            f"| ≤ 1.3× | {ok(wall <= 1.3)} |",
+            f"| same, CPU time (all threads) | {cpu:.2f}× | | |",
+            f"| raw-video-as-memory input per instance: decoding from the videos ÷ reading the cache | "
+            f"{speedup:.0f}× ({direct_mean:.2f} s vs {cache_mean * 1000:.0f} ms) | ≥ 10× | {ok(speedup >= 10)} |",
+            f"| cache size per video hour | {mb_hour:.0f} MB ({r.kib_per_frame:.1f} KiB/frame) | ≤ 150 MB "
+            f"| {ok(mb_hour <= 150)} |",
+            f"| peak RSS preparing one {r.peak['frames']}-frame instance (fresh process) | {peak:.2f} GiB "
+            f"| ≤ 1.5 GiB | {ok(peak <= 1.5)} |",
+            "",
+            f"- Build vs decode, per run, wall (s): build {runs(r.build, 0)}; bare decode {runs(r.bare, 0)}; "
+            f"CPU (s): build {runs(r.build, 1)}; bare decode {runs(r.bare, 1)} (alternated in one process). The build "
+            "includes hashing the file. Both use FFmpeg's default decoder threading (CPU > wall); the build adds one "
+            "JPEG worker thread. The machine is shared, so wall times drift between runs; the CPU-time ratio is the "
+            "load-independent cost of the kept frames.",
+            f"- Trajectory: {SESSIONS} sessions × {PROBES_PER_SESSION} probes = {r.instances} instances, each with all "
+            f"prior sessions + its prefix, uniformly sampled to ≤ {MAX_FRAMES} frames. The cache path prepared all "
+            f"{r.instances} in {r.cache_prep_s:.2f} s (fresh FrameCache: entries opened and checksummed). "
+            f"Decoding straight from the videos was timed on {len(r.direct_s)} of them — the median probe of sessions "
+            "1, 3 and 5, whose mean position equals the trajectory's — "
+            f"at {', '.join(f'{x:.1f}' for x in r.direct_s)} s; "
+            f"timing all {r.instances} would take ≈ {direct_mean * r.instances / 60:.0f} min.",
+            f"- Including the one-off build of all {SESSIONS} entries ({r.cache_build_all_s:.0f} s), "
+            "the cache is still "
+            f"{amortised:.1f}× faster over this one trajectory; "
+            "every later run, protocol and backbone reuses the entries.",
+            f"- Peak RSS: `ru_maxrss` {gib(r.peak['jpeg']['maxrss_kib']):.2f} GiB, "
+            f"`VmHWM` {gib(r.peak['jpeg']['hwm_kib']):.2f} GiB "
+            "(the child's own peak; Linux carries the parent's peak, "
+            f"here {gib(r.peak['parent_maxrss_kib']):.2f} GiB, into a "
+            "child's `ru_maxrss`, so the child is started while the benchmark is small). "
+            f"With all {r.peak['frames']} frames "
+            f"also decoded to RGB arrays: {gib(r.peak['pixels']['hwm_kib']):.2f} GiB "
+            "(that decode belongs to the backbone stage).",
+            "- The synthetic footage compresses to ~20 KB per 448 px JPEG; detailed real footage yields larger "
+            "JPEGs, so re-check the size figure on real sessions (`du` of the cache folder ÷ video hours).",
+        ]
+    )
 
 
 def write_docs(block: str, doc: Path) -> None:
@@ -372,7 +390,9 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     results = run(args.work, args.minutes, args.repeats)
     (args.work / "results.json").write_text(json.dumps(results.__dict__, indent=1))
-    block = report(results, "python bench/bench_cache.py" + ("" if args.minutes == 13 else f" --minutes {args.minutes}"))
+    block = report(
+        results, "python bench/bench_cache.py" + ("" if args.minutes == 13 else f" --minutes {args.minutes}")
+    )
     print(block)
     if not args.no_docs:
         write_docs(block, REPO / "docs" / "performance.md")

@@ -29,7 +29,10 @@ from apm.video.cache import build_release_cache
 
 def cpu_model() -> str:
     out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next((l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name")), platform.processor())
+    return next(
+        (line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
+        platform.processor(),
+    )
 
 
 def bench(memory: str, root: Path, out: Path, cache: Path, max_frames: int) -> dict:
@@ -42,7 +45,11 @@ def bench(memory: str, root: Path, out: Path, cache: Path, max_frames: int) -> d
     began = time.perf_counter()
     stats = asyncio.run(run_async(cfg))
     wall = time.perf_counter() - began
-    recs = [json.loads(l) for p in (run_dir_of(cfg) / "records").glob("*.jsonl") for l in p.read_text().splitlines()]
+    recs = [
+        json.loads(line)
+        for p in (run_dir_of(cfg) / "records").glob("*.jsonl")
+        for line in p.read_text().splitlines()
+    ]
     prep = [r["latency"]["prep_s"] for r in recs]
     frames = [len(r["frames"]) for r in recs]
     return {"memory": memory, "instances": stats.total, "wall_s": wall, "per_instance_ms": 1000 * wall / stats.total,
@@ -60,13 +67,17 @@ def main() -> None:
         tmp = Path(tmp)
         root = generate(tmp / "release", seed=0, scale=args.scale, limit_trajectories=args.trajectories)
         build_release_cache(load_release(root), tmp / "cache", progress=False)
-        rows = [bench(m, root, tmp / "runs", tmp / "cache", args.max_frames) for m in ("none", "raw_video", "text_summary")]
+        rows = [
+            bench(m, root, tmp / "runs", tmp / "cache", args.max_frames) for m in ("none", "raw_video", "text_summary")
+        ]
     print(f"machine: {cpu_model()}, {platform.python_version()}")
     print("| memory | instances | wall (s) | per instance (ms) | prep median (ms) | prep p95 (ms) | frames/instance |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['memory']} | {r['instances']} | {r['wall_s']:.2f} | {r['per_instance_ms']:.1f} | "
-              f"{r['prep_ms_median']:.1f} | {r['prep_ms_p95']:.1f} | {r['frames_mean']:.0f} |")
+        print(
+            f"| {r['memory']} | {r['instances']} | {r['wall_s']:.2f} | {r['per_instance_ms']:.1f} | "
+            f"{r['prep_ms_median']:.1f} | {r['prep_ms_p95']:.1f} | {r['frames_mean']:.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,12 @@ def _ev(day: str, sess: str, a: str, b: str) -> dict[str, Any]:
 
 
 def _reg(day: str, sess: str, t: str) -> dict[str, Any]:
-    return {"day_id": day, "session_id": sess, "registration_time": t, "registration_text": "remind me when the kettle boils"}
+    return {
+        "day_id": day,
+        "session_id": sess,
+        "registration_time": t,
+        "registration_text": "remind me when the kettle boils",
+    }
 
 
 def base_release() -> dict[str, Any]:
@@ -45,49 +50,116 @@ def base_release() -> dict[str, Any]:
     ids = {"trajectory_id": "T1"}
     mcqa = {"question": "Where was the mug?", "choices": _choices(), "correct_option_id": "B"}
     candidates = [
-        {"task_type": "ER", **ids, "candidate_id": "c-er", **mcqa,
-         "query": _pt("DAY2", "S004", "12:00:10"), "evidence_moments": [_ev("DAY1", "S001", "10:00:02", "10:00:05")]},
-        {"task_type": "ACR", **ids, "candidate_id": "c-acr", **mcqa,
-         "query": _pt("DAY1", "S002", "15:00:10"), "evidence_moments": [_ev("DAY1", "S002", "15:00:08", "15:00:10")]},
-        {"task_type": "ERA", **ids, "candidate_id": "c-era", **mcqa,
-         "answer_evidence_moments": [_ev("DAY1", "S002", "15:00:10", "15:00:12")],
-         "positive_heartbeat": _pt("DAY1", "S002", "15:00:12", response_reason="now visible"),
-         "negative_heartbeats": [_pt("DAY1", "S002", "15:00:05", silence_reason="not yet")],
-         "ideal_response_window": _span("DAY1", "S002", "15:00:12", "15:00:14")},
-        {"task_type": "RCR", **ids, "candidate_id": "c-rcr",
-         "registration_event": _reg("DAY1", "S001", "10:00:03"),
-         "positive_heartbeat": _pt("DAY1", "S001", "10:00:15", proactive_response="the kettle boils", reason="steam"),
-         "negative_heartbeats": [_pt("DAY1", "S001", "10:00:06", silence_reason="cold")],
-         "ideal_response_window": _span("DAY1", "S001", "10:00:15", "10:00:16")},
-        {"task_type": "MPA", **ids, "candidate_id": "c-mpa",
-         "evidence_moments": [_ev("DAY1", "S001", "10:00:02", "10:00:05")],
-         "response_window_rationale": "same activity", "reference_proactive_response": "use the blue mug",
-         "ideal_response_window": _span("DAY2", "S003", "09:00:10", "09:00:14"),
-         "negative_or_silence_windows": [_span("DAY2", "S003", "09:00:02", "09:00:06", silence_reason="idle")]},
-        {"task_type": "PRM", **ids, "candidate_id": "c-prm",
-         "registration_event": _reg("DAY1", "S001", "10:00:04"),
-         "trigger_match_reason": "kettle visible", "reference_proactive_response": "the kettle",
-         "ideal_response_window": _span("DAY1", "S002", "15:00:15", "15:00:17"),
-         "negative_or_silence_windows": [_span("DAY1", "S002", "15:00:01", "15:00:05", silence_reason="no kettle")]},
-        {"task_type": "TPG", **ids, "candidate_id": "c-tpg",
-         "evidence_moments": [_ev("DAY1", "S002", "15:00:01", "15:00:05")], "memory_relevance": "same dish",
-         "ideal_response_windows": [_span("DAY2", "S004", "12:00:05", "12:00:08",
-                                          response_window_rationale="resumes", reference_proactive_response="add salt")],
-         "negative_or_silence_windows": [_span("DAY2", "S004", "12:00:10", "12:00:15", silence_reason="done")]},
+        {
+            "task_type": "ER",
+            **ids,
+            "candidate_id": "c-er",
+            **mcqa,
+            "query": _pt("DAY2", "S004", "12:00:10"),
+            "evidence_moments": [_ev("DAY1", "S001", "10:00:02", "10:00:05")],
+        },
+        {
+            "task_type": "ACR",
+            **ids,
+            "candidate_id": "c-acr",
+            **mcqa,
+            "query": _pt("DAY1", "S002", "15:00:10"),
+            "evidence_moments": [_ev("DAY1", "S002", "15:00:08", "15:00:10")],
+        },
+        {
+            "task_type": "ERA",
+            **ids,
+            "candidate_id": "c-era",
+            **mcqa,
+            "answer_evidence_moments": [_ev("DAY1", "S002", "15:00:10", "15:00:12")],
+            "positive_heartbeat": _pt("DAY1", "S002", "15:00:12", response_reason="now visible"),
+            "negative_heartbeats": [_pt("DAY1", "S002", "15:00:05", silence_reason="not yet")],
+            "ideal_response_window": _span("DAY1", "S002", "15:00:12", "15:00:14"),
+        },
+        {
+            "task_type": "RCR",
+            **ids,
+            "candidate_id": "c-rcr",
+            "registration_event": _reg("DAY1", "S001", "10:00:03"),
+            "positive_heartbeat": _pt(
+                "DAY1", "S001", "10:00:15", proactive_response="the kettle boils", reason="steam"
+            ),
+            "negative_heartbeats": [_pt("DAY1", "S001", "10:00:06", silence_reason="cold")],
+            "ideal_response_window": _span("DAY1", "S001", "10:00:15", "10:00:16"),
+        },
+        {
+            "task_type": "MPA",
+            **ids,
+            "candidate_id": "c-mpa",
+            "evidence_moments": [_ev("DAY1", "S001", "10:00:02", "10:00:05")],
+            "response_window_rationale": "same activity",
+            "reference_proactive_response": "use the blue mug",
+            "ideal_response_window": _span("DAY2", "S003", "09:00:10", "09:00:14"),
+            "negative_or_silence_windows": [_span("DAY2", "S003", "09:00:02", "09:00:06", silence_reason="idle")],
+        },
+        {
+            "task_type": "PRM",
+            **ids,
+            "candidate_id": "c-prm",
+            "registration_event": _reg("DAY1", "S001", "10:00:04"),
+            "trigger_match_reason": "kettle visible",
+            "reference_proactive_response": "the kettle",
+            "ideal_response_window": _span("DAY1", "S002", "15:00:15", "15:00:17"),
+            "negative_or_silence_windows": [_span("DAY1", "S002", "15:00:01", "15:00:05", silence_reason="no kettle")],
+        },
+        {
+            "task_type": "TPG",
+            **ids,
+            "candidate_id": "c-tpg",
+            "evidence_moments": [_ev("DAY1", "S002", "15:00:01", "15:00:05")],
+            "memory_relevance": "same dish",
+            "ideal_response_windows": [
+                _span(
+                    "DAY2",
+                    "S004",
+                    "12:00:05",
+                    "12:00:08",
+                    response_window_rationale="resumes",
+                    reference_proactive_response="add salt",
+                )
+            ],
+            "negative_or_silence_windows": [_span("DAY2", "S004", "12:00:10", "12:00:15", silence_reason="done")],
+        },
     ]
     ea = [
-        {**ids, "candidate_id": "ea-1", "question": "q", "choices": _choices(5), "correct_option_id": "B",
-         "query": _pt("DAY2", "S004", "12:00:05"), "evidence_moments": [_ev("DAY1", "S002", "15:00:02", "15:00:04")],
-         "evidence_available": True, "original_candidate_id": "c-er"},
-        {**ids, "candidate_id": "ea-2", "question": "q", "choices": _choices(5), "correct_option_id": "E",
-         "query": _pt("DAY2", "S004", "12:00:05"), "evidence_moments": [_ev("DAY1", "S001", "10:00:02", "10:00:04")],
-         "evidence_available": False},
+        {
+            **ids,
+            "candidate_id": "ea-1",
+            "question": "q",
+            "choices": _choices(5),
+            "correct_option_id": "B",
+            "query": _pt("DAY2", "S004", "12:00:05"),
+            "evidence_moments": [_ev("DAY1", "S002", "15:00:02", "15:00:04")],
+            "evidence_available": True,
+            "original_candidate_id": "c-er",
+        },
+        {
+            **ids,
+            "candidate_id": "ea-2",
+            "question": "q",
+            "choices": _choices(5),
+            "correct_option_id": "E",
+            "query": _pt("DAY2", "S004", "12:00:05"),
+            "evidence_moments": [_ev("DAY1", "S001", "10:00:02", "10:00:04")],
+            "evidence_available": False,
+        },
     ]
-    trajectories = [{
-        "trajectory_id": "T1", "source": "handmade", "title": "kitchen",
-        "sessions": [{"day_id": d, "session_id": s, "start_time": a, "end_time": b, "video": f"videos/T1/{d}_{s}.mp4"}
-                     for d, s, a, b in SESSIONS],
-    }]
+    trajectories = [
+        {
+            "trajectory_id": "T1",
+            "source": "handmade",
+            "title": "kitchen",
+            "sessions": [
+                {"day_id": d, "session_id": s, "start_time": a, "end_time": b, "video": f"videos/T1/{d}_{s}.mp4"}
+                for d, s, a, b in SESSIONS
+            ],
+        }
+    ]
     return {"trajectories": trajectories, "candidates": candidates, "ea": ea}
 
 

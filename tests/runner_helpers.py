@@ -39,11 +39,15 @@ def run(cfg: DictConfig) -> Path:
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for p in sorted((run_dir / "records").glob("*.jsonl")) for line in p.read_text().splitlines()]
+    return [
+        json.loads(line) for p in sorted((run_dir / "records").glob("*.jsonl")) for line in p.read_text().splitlines()
+    ]
 
 
 def memory_records(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for p in sorted((run_dir / "memory").glob("*.jsonl")) for line in p.read_text().splitlines()]
+    return [
+        json.loads(line) for p in sorted((run_dir / "memory").glob("*.jsonl")) for line in p.read_text().splitlines()
+    ]
 
 
 def record_lines(run_root: Path) -> int:

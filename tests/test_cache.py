@@ -66,7 +66,9 @@ def test_digest_memo_follows_file_changes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "foreign"])
-def test_invalid_entry_is_rebuilt_not_read(clip: Path, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_invalid_entry_is_rebuilt_not_read(
+    clip: Path, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
     good = FrameCache(tmp_path).entry(clip)
     expected = good.jpegs(range(good.count))
     data = good.path.read_bytes()

@@ -104,5 +104,7 @@ def test_a_failed_memory_update_is_redone_with_everything_after_it(tiny, tmp_pat
     recs = records(run_dir)
     redone = [r for r in recs[n_records:]]
     # every instance after a trajectory's first session saw a failed update, so it ran again
-    assert {r["key"] for r in redone} == {r["key"] for r in recs[:n_records] if r["session_id"] != "S001" or r["day_id"] != "DAY1"}
+    assert {r["key"] for r in redone} == {
+        r["key"] for r in recs[:n_records] if r["session_id"] != "S001" or r["day_id"] != "DAY1"
+    }
     assert all(r["memory_bytes"] > 0 for r in redone)

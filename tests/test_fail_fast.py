@@ -92,7 +92,9 @@ def test_status_shows_done_with_errors_apart_from_done(tmp_path, monkeypatch):
         plan = {"instances": 2, "keys": ["T1/c0/query", "T1/c1/query"]}
         (run_dir / "jobs" / "shard-0-of-1" / "plan.json").write_text(json.dumps(plan))
         (run_dir / "records").mkdir()
-        lines = [fixtures.record("ER", f"c{n}", "query", "T1", error="HTTP 404" if n < errors else None) for n in range(2)]
+        lines = [
+            fixtures.record("ER", f"c{n}", "query", "T1", error="HTTP 404" if n < errors else None) for n in range(2)
+        ]
         (run_dir / "records" / "shard-0-of-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     rows = {r.run: r for r in status.sweep_status(tmp_path)}
     assert (rows["clean"].state, rows["errored"].state) == ("done", "done with errors")

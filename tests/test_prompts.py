@@ -47,7 +47,9 @@ def test_prompts_fill_fields_from_the_instance(instances):
     tpg = probe_prompt(by_key["T1/c-tpg/pos0"])
     assert "[DAY2 12:00:05, DAY2 12:00:08)" in tpg
     marker = by_key["T1/c-tpg/pos0"].turns[-1]
-    assert turn_text(marker, by_key["T1/c-tpg/pos0"]).startswith("The unlabeled evaluation interval begins now at DAY2 12:00:05.")
+    assert turn_text(marker, by_key["T1/c-tpg/pos0"]).startswith(
+        "The unlabeled evaluation interval begins now at DAY2 12:00:05."
+    )
     era = by_key["T1/c-era/pos"]
     assert "delayed-answer question" in turn_text(era.turns[0], era) and "A. option A" in turn_text(era.turns[0], era)
     assert probe_prompt(era) == template("era_probe")

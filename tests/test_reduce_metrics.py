@@ -46,9 +46,26 @@ def value(scores: pd.DataFrame, metric: str, task: str, memory: str = "raw_video
 
 def test_columns(scores: pd.DataFrame) -> None:
     assert list(scores.columns) == [
-        "dataset", "memory", "backbone", "config_hash", "memory_config", "backbone_config", "memory_variant",
-        "backbone_variant", "streaming", "persistent", "judge", "metric", "task", "value", "n", "n_error", "n_unparsed", "n_unjudged",
-        "ci_low", "ci_high",
+        "dataset",
+        "memory",
+        "backbone",
+        "config_hash",
+        "memory_config",
+        "backbone_config",
+        "memory_variant",
+        "backbone_variant",
+        "streaming",
+        "persistent",
+        "judge",
+        "metric",
+        "task",
+        "value",
+        "n",
+        "n_error",
+        "n_unparsed",
+        "n_unjudged",
+        "ci_low",
+        "ci_high",
     ]
     assert set(scores["judge"]) == {"judge-x", ""}
 
@@ -81,8 +98,18 @@ def test_errored_instances_count_as_wrong_and_the_answered_view_leaves_them_out(
 def test_errored_adaptive_probe_fails_the_gate(tmp_path: Path) -> None:
     probes = [
         fixtures.record("RCR", "R1", "p", polarity="positive", decision="INTERVENE", gate_pass=True, correct=None),
-        fixtures.record("RCR", "R1", "n", polarity="negative", decision=None, gate_pass=None, correct=None,
-                     parse_status=None, output="", error="HTTP 500"),
+        fixtures.record(
+            "RCR",
+            "R1",
+            "n",
+            polarity="negative",
+            decision=None,
+            gate_pass=None,
+            correct=None,
+            parse_status=None,
+            output="",
+            error="HTTP 500",
+        ),
     ]
     fixtures.write_run(tmp_path, probes, [fixtures.judgement(probes[0], 5)])
     runs = load_runs([tmp_path])
@@ -102,8 +129,13 @@ def test_unjudged_probes_withhold_every_score_that_needs_them(tmp_path: Path) ->
     judgements.write_text("\n".join(kept) + "\n")
     runs = load_runs([root])
     scores = score_table(runs.records, runs.judgements, runs.memory, reps=50)
-    for metric, task in [("task_score", "RCR"), ("response_quality", "RCR"), ("capability_score", "adaptive"),
-                         ("overall", "all"), ("response_quality", "adaptive")]:
+    for metric, task in [
+        ("task_score", "RCR"),
+        ("response_quality", "RCR"),
+        ("capability_score", "adaptive"),
+        ("overall", "all"),
+        ("response_quality", "adaptive"),
+    ]:
         withheld = row(scores, metric, task)
         assert np.isnan(withheld["value"]) and np.isnan(withheld["ci_low"]), (metric, task)
         assert withheld["n_unjudged"] == 1
@@ -211,8 +243,11 @@ def test_bootstrap_is_seeded(tmp_path: Path) -> None:
 
 def test_judgement_selection_prefers_requested_judge(tmp_path: Path) -> None:
     rec = fixtures.record("RCR", "R1", "n1", polarity="negative", decision="SILENT", gate_pass=True)
-    lines = [fixtures.judgement(rec, 2, judge="a"), fixtures.judgement(rec, 4, judge="b"),
-             fixtures.judgement(rec, 1, judge="a", rubric_version="2")]
+    lines = [
+        fixtures.judgement(rec, 2, judge="a"),
+        fixtures.judgement(rec, 4, judge="b"),
+        fixtures.judgement(rec, 1, judge="a", rubric_version="2"),
+    ]
     fixtures.write_run(tmp_path, [rec], lines)
     assert load_judgements([tmp_path])["score"].tolist() == [1.0]  # the last line
     assert load_judgements([tmp_path], judge="b")["score"].tolist() == [4.0]
@@ -267,7 +302,9 @@ def test_stale_judgement_of_a_rerun_response_is_ignored(tmp_path: Path) -> None:
 def test_latency_comes_from_isolated_records_where_a_method_has_them(tmp_path: Path) -> None:
     loaded = {**fixtures.latency(9.0, 9.0, 0.09), "mode": "loaded"}
     alone = {**fixtures.latency(1.0, 2.0, 0.01), "mode": "isolated"}
-    fixtures.write_run(tmp_path / "a", [fixtures.record("ER", "C1", latency=loaded), fixtures.record("ER", "C2", latency=alone)])
+    fixtures.write_run(
+        tmp_path / "a", [fixtures.record("ER", "C1", latency=loaded), fixtures.record("ER", "C2", latency=alone)]
+    )
     other = fixtures.run_info(memory="none")
     fixtures.write_run(tmp_path / "b", [fixtures.record("ER", "C1", run=other, latency=loaded)])
     runs = load_runs([tmp_path])
@@ -288,4 +325,6 @@ def test_intervals_do_not_depend_on_the_order_lines_were_written(tmp_path: Path)
     a, b = (load_runs([r]) for r in (root, shuffled))
     ta, tb = (score_table(r.records, r.judgements, r.memory, seed=3, reps=100) for r in (a, b))
     key = ["metric", "task"]
-    pd.testing.assert_frame_equal(ta.sort_values(key).reset_index(drop=True), tb.sort_values(key).reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        ta.sort_values(key).reset_index(drop=True), tb.sort_values(key).reset_index(drop=True)
+    )

@@ -63,8 +63,13 @@ def test_wandb_offline_run_holds_every_instance_row(tiny, tmp_path, wandb_env):
     run_dir = run(cfg)
     n = len(records(run_dir))
     (offline,) = list((run_dir / "wandb").glob("offline-run-*"))
-    out = subprocess.run([str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--summary", "--json", str(offline)],
-                         capture_output=True, text=True, env={**os.environ, "WANDB_SILENT": "true"}, cwd=tmp_path)
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--summary", "--json", str(offline)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "WANDB_SILENT": "true"},
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     text = json.dumps(summary)

@@ -113,7 +113,13 @@ def test_storage_is_the_bytes_on_disk(tiny, cache, tmp_path):
     per_session = {(m["trajectory_id"], m["session_index"]): m["bytes"] for m in mem}
     for r in records(run_dir):
         # an instance sees the state after the previous session of its trajectory
-        idx = next(m["session_index"] for m in mem if m["trajectory_id"] == r["trajectory_id"] and m["session_id"] == r["session_id"] and m["day_id"] == r["day_id"])
+        idx = next(
+            m["session_index"]
+            for m in mem
+            if m["trajectory_id"] == r["trajectory_id"]
+            and m["session_id"] == r["session_id"]
+            and m["day_id"] == r["day_id"]
+        )
         assert r["memory_bytes"] == per_session.get((r["trajectory_id"], idx - 1), 0)
 
 
@@ -150,10 +156,20 @@ def test_text_summaries_are_kib_and_raw_video_mib_scale(tiny, cache, tmp_path, m
     from tiny_vlm import build_tiny_qwen2vl_once
 
     monkeypatch.setenv("APM_TINY_MODEL", str(build_tiny_qwen2vl_once(tmp_path / "model")))
-    text_dir = run(compose_run(tiny, tmp_path, cache, [
-        "memory=text_summary", "memory.max_tokens=128", "backbone=random", "+backbone@writer=tiny_qwen2vl_hf",
-        "dataset.tasks=[ER]",
-    ]))
+    text_dir = run(
+        compose_run(
+            tiny,
+            tmp_path,
+            cache,
+            [
+                "memory=text_summary",
+                "memory.max_tokens=128",
+                "backbone=random",
+                "+backbone@writer=tiny_qwen2vl_hf",
+                "dataset.tasks=[ER]",
+            ],
+        )
+    )
     video_dir = run(compose_run(tiny, tmp_path, cache, ["memory=raw_video", "backbone=random", "dataset.tasks=[ER]"]))
     for run_dir in (text_dir, video_dir):
         for m in memory_records(run_dir):
@@ -172,8 +188,20 @@ def test_earlier_session_registrations_come_only_from_memory(tiny, cache, tmp_pa
     from apm.backbones.base import TextPart
 
     ShownFrames.seen.clear()
-    run(compose_run(tiny, tmp_path, cache, [f"memory={memory}", "backbone=oracle", "backbone.max_frames=64",
-                                            "backbone._target_=runner_helpers.ShownFrames", "dataset.tasks=[PRM,RCR]"]))
+    run(
+        compose_run(
+            tiny,
+            tmp_path,
+            cache,
+            [
+                f"memory={memory}",
+                "backbone=oracle",
+                "backbone.max_frames=64",
+                "backbone._target_=runner_helpers.ShownFrames",
+                "dataset.tasks=[PRM,RCR]",
+            ],
+        )
+    )
     checked = 0
     for request in ShownFrames.seen.values():
         inst = request.instance
@@ -200,8 +228,11 @@ def test_raw_video_memory_replays_what_it_stores(tiny, tmp_path, monkeypatch):
     read: list[Path] = []
     original = FrameCache.entry
     monkeypatch.setattr(FrameCache, "entry", lambda self, video: read.append(Path(video)) or original(self, video))
-    run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", ["memory=raw_video", "backbone=oracle",
-                                                                           "dataset.tasks=[ER]"]))
+    run_dir = run(
+        compose_run(
+            tiny, tmp_path / "runs", tmp_path / "cache", ["memory=raw_video", "backbone=oracle", "dataset.tasks=[ER]"]
+        )
+    )
     state = (run_dir / "memory_state").resolve()
     stored = {p for p in read if state in p.resolve().parents}
     assert stored and all(p.exists() for p in stored)

@@ -51,7 +51,10 @@ def test_no_frame_after_the_probe_on_pixels(world: tuple[Release, list[Instance]
     assert len({i.task for i in instances}) >= 10
     for inst in instances:
         traj = release.trajectory(inst.trajectory_id)
-        for frames in (raw_video_frames(cache, traj, inst, max_frames=12), prefix_frames(cache, traj, inst, max_frames=6)):
+        for frames in (
+            raw_video_frames(cache, traj, inst, max_frames=12),
+            prefix_frames(cache, traj, inst, max_frames=6),
+        ):
             seconds = [shown(f) for f in frames]
             assert seconds == [f.wall_clock for f in frames], inst.key
             assert max(seconds) == inst.probe_time, inst.key  # inclusive of the probe second, never after
@@ -69,7 +72,9 @@ def test_simplestream_sees_exactly_the_four_latest_seconds(world: tuple[Release,
         assert {f.session for f in frames} == {inst.session}
 
 
-def test_raw_video_replays_every_visible_second_up_to_the_cap(world: tuple[Release, list[Instance], FrameCache]) -> None:
+def test_raw_video_replays_every_visible_second_up_to_the_cap(
+    world: tuple[Release, list[Instance], FrameCache],
+) -> None:
     release, instances, cache = world
     inst = max(instances, key=lambda i: (len(i.visible_sessions), i.probe_time))
     traj = release.trajectory(inst.trajectory_id)
@@ -84,7 +89,12 @@ def test_raw_video_replays_every_visible_second_up_to_the_cap(world: tuple[Relea
 
 def test_ea_history_is_restricted(world: tuple[Release, list[Instance], FrameCache]) -> None:
     release, instances, cache = world
-    inst = next(i for i in instances if i.task == "EA" and len(i.visible_sessions) < 1 + [s.key for s in release.trajectory(i.trajectory_id).sessions].index(i.session))
+    inst = next(
+        i
+        for i in instances
+        if i.task == "EA"
+        and len(i.visible_sessions) < 1 + [s.key for s in release.trajectory(i.trajectory_id).sessions].index(i.session)
+    )
     traj = release.trajectory(inst.trajectory_id)
     assert {s.session for s in raw_video_spans(traj, inst)} == set(inst.visible_sessions)
     assert {f.session for f in raw_video_frames(cache, traj, inst)} == set(inst.visible_sessions)
@@ -103,7 +113,9 @@ def test_spans_that_break_causality_raise(world: tuple[Release, list[Instance], 
             select_frames(cache, traj, inst, [Span(later[0].key, later[0].start, later[0].start)])
     oldest = traj.session(inst.visible_sessions[0])
     with pytest.raises(CausalityError, match="not among"):  # e.g. a protocol ignoring the EA restriction
-        select_frames(cache, traj, replace(inst, visible_sessions=(inst.session,)), [Span(oldest.key, oldest.start, oldest.end)])
+        select_frames(
+            cache, traj, replace(inst, visible_sessions=(inst.session,)), [Span(oldest.key, oldest.start, oldest.end)]
+        )
     with pytest.raises(ValueError, match="not within session"):
         select_frames(cache, traj, inst, [Span(current.key, current.start - 5, current.start)])
     with pytest.raises(ValueError, match="not both"):
@@ -115,5 +127,7 @@ def test_overlapping_spans_count_each_second_once(world: tuple[Release, list[Ins
     inst = instances[-1]
     traj = release.trajectory(inst.trajectory_id)
     start = traj.session(inst.session).start
-    frames = select_frames(cache, traj, inst, [Span(inst.session, start, start + 5), Span(inst.session, start + 3, start + 8)])
+    frames = select_frames(
+        cache, traj, inst, [Span(inst.session, start, start + 5), Span(inst.session, start + 3, start + 8)]
+    )
     assert [shown(f) for f in frames] == list(range(start, start + 9))

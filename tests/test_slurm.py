@@ -85,12 +85,23 @@ def setup(tmp_path_factory, cluster):
     reference = {}
     for memory in ("none", "raw_video"):
         for backbone in ("paced_random", "paced_oracle"):
-            cfg = compose_run(release, base / "ref", base / "cache", common + [f"memory={memory}", f"backbone={backbone}"])
+            cfg = compose_run(
+                release, base / "ref", base / "cache", common + [f"memory={memory}", f"backbone={backbone}"]
+            )
             reference[(memory, backbone)] = run(cfg)
-    overrides = [f"dataset.root={release}", f"output_root={base / 'out'}", f"frames.cache_dir={base / 'cache'}",
-                 "logging.wandb.mode=disabled", "logging.progress=false", "concurrency=2", *common,
-                 "hydra/launcher=slurm_ci", "memory=none,raw_video", "backbone=paced_random,paced_oracle",
-                 "shard.count=3"]
+    overrides = [
+        f"dataset.root={release}",
+        f"output_root={base / 'out'}",
+        f"frames.cache_dir={base / 'cache'}",
+        "logging.wandb.mode=disabled",
+        "logging.progress=false",
+        "concurrency=2",
+        *common,
+        "hydra/launcher=slurm_ci",
+        "memory=none,raw_video",
+        "backbone=paced_random,paced_oracle",
+        "shard.count=3",
+    ]
     env = os.environ | {"PYTHONPATH": str(REPO / "tests"), "APM_TEST_PACE_S": PACE_S}
     return base / "out", overrides, env, reference
 
@@ -133,8 +144,14 @@ def _settle(root: Path, limit_s: float) -> list[status.ShardStatus]:
 def test_sweep_cancel_preempt_resubmit_equals_unsharded_run(setup):
     root, overrides, env, reference = setup
     began = time.monotonic()
-    sweep = subprocess.Popen([str(REPO / ".venv/bin/apm-run"), "-m", *overrides, "shard.index=range(3)"],
-                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sweep = subprocess.Popen(
+        [str(REPO / ".venv/bin/apm-run"), "-m", *overrides, "shard.index=range(3)"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     cancelled = preempted = None
     deadline = time.monotonic() + 120
     while (cancelled is None or preempted is None) and time.monotonic() < deadline:
@@ -154,12 +171,20 @@ def test_sweep_cancel_preempt_resubmit_equals_unsharded_run(setup):
     assert rows[preempted].state == "done", status.render(list(rows.values()))
     assert sum(r.state == "done" for r in rows.values()) == 11
     preempted_run = next(r for r in rows.values() if r.job_id == preempted)
-    starts = [e for e in status.ledger.read_events(root / preempted_run.run, preempted_run.shard) if e["event"] == "started"]
+    starts = [
+        e for e in status.ledger.read_events(root / preempted_run.run, preempted_run.shard) if e["event"] == "started"
+    ]
     assert [e["restarts"] for e in starts] == [0, 1] and starts[1]["on_record"] > 0  # requeued, resumed
     swept_s = time.monotonic() - began
 
-    resubmit = subprocess.run([sys.executable, "-m", "apm.scale.submit", "-m", *overrides],
-                              env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    resubmit = subprocess.run(
+        [sys.executable, "-m", "apm.scale.submit", "-m", *overrides],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert resubmit.returncode == 0, resubmit.stderr
     assert "1 jobs submitted, 11 skipped" in resubmit.stdout, resubmit.stdout
     final = _settle(root, 120)
@@ -172,6 +197,8 @@ def test_sweep_cancel_preempt_resubmit_equals_unsharded_run(setup):
         assert not [k for k, n in Counter(r["key"] for r in merged).items() if n > 1]  # nothing twice
         strip = lambda rs: {r["key"]: {k: v for k, v in r.items() if k not in TIMING} for r in rs}  # noqa: E731
         assert strip(merged) == strip(records(ref_dir)), (memory, backbone)
-        mem = lambda d: sorted((m["trajectory_id"], m["day_id"], m["session_id"], m["bytes"]) for m in memory_records(d))  # noqa: E731
+        mem = lambda d: sorted(  # noqa: E731
+            (m["trajectory_id"], m["day_id"], m["session_id"], m["bytes"]) for m in memory_records(d)
+        )
         assert mem(run_dir) == mem(ref_dir)
     print(f"slurm sweep: {swept_s:.0f} s to settle the 12-task sweep; {time.monotonic() - began:.0f} s in all")

@@ -72,7 +72,9 @@ class Video:
             self.duration = container.duration / av.time_base
         self.count = len(frames)
         self.start, self.fps = start, fps
-        self._rgb = {round(f.time * fps): f.to_ndarray(format="rgb24") for f in frames if round(f.time * fps) % fps == 0}
+        self._rgb = {
+            round(f.time * fps): f.to_ndarray(format="rgb24") for f in frames if round(f.time * fps) % fps == 0
+        }
 
     def at(self, abs_second: int) -> np.ndarray:
         """The first frame of the wall-clock second (its pixel code must say the same second)."""
@@ -85,8 +87,11 @@ class Video:
 def videos(root: Path, release: dict) -> dict[tuple[str, str, str], Video]:
     fps = release["world"]["fps"]
     return {
-        (t["trajectory_id"], s["day_id"], s["session_id"]): Video(root / s["video"], clock.absolute(s["day_id"], s["start_time"]), fps)
-        for t in release["trajectories"] for s in t["sessions"]
+        (t["trajectory_id"], s["day_id"], s["session_id"]): Video(
+            root / s["video"], clock.absolute(s["day_id"], s["start_time"]), fps
+        )
+        for t in release["trajectories"]
+        for s in t["sessions"]
     }
 
 
@@ -137,7 +142,9 @@ def test_limit_trajectories_gives_a_prefix(root: Path, tmp_path: Path) -> None:
     assert all(_digest(root)[k] == v for k, v in digest.items() if k.startswith("videos/"))
 
 
-def test_refuses_non_empty_out_and_leaves_nothing_when_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refuses_non_empty_out_and_leaves_nothing_when_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("x")
@@ -203,13 +210,23 @@ def test_every_task_and_both_ea_splits_with_exact_fields(release: dict) -> None:
         assert e["choices"][:4] == original["choices"]
         query = _index(release, e["trajectory_id"], e["query"])
         recent = {query - 1, query - 2}
-        assert e["evidence_available"] == all(_index(release, e["trajectory_id"], m) in recent for m in e["evidence_moments"])
+        assert e["evidence_available"] == all(
+            _index(release, e["trajectory_id"], m) in recent for m in e["evidence_moments"]
+        )
         assert e["correct_option_id"] == (original["correct_option_id"] if e["evidence_available"] else "E")
 
 
 def _trajectory_model(t: dict) -> Trajectory:
     sessions = tuple(
-        Session(t["trajectory_id"], s["day_id"], s["session_id"], i, _abs(s, "start_time"), _abs(s, "end_time"), Path(s["video"]))
+        Session(
+            t["trajectory_id"],
+            s["day_id"],
+            s["session_id"],
+            i,
+            _abs(s, "start_time"),
+            _abs(s, "end_time"),
+            Path(s["video"]),
+        )
         for i, s in enumerate(t["sessions"])
     )
     return Trajectory(t["trajectory_id"], t["source"], t["title"], sessions)
@@ -219,7 +236,9 @@ def test_instances_expand_with_positive_and_negative_probes(release: dict) -> No
     trajs = {t["trajectory_id"]: _trajectory_model(t) for t in release["trajectories"]}
     for c in release["candidates"] + release["ea"]:
         task = "EA" if "evidence_available" in c else c["task_type"]
-        instances = candidate_instances(Candidate(task, c["trajectory_id"], c["candidate_id"], c), trajs[c["trajectory_id"]])
+        instances = candidate_instances(
+            Candidate(task, c["trajectory_id"], c["candidate_id"], c), trajs[c["trajectory_id"]]
+        )
         if task in ADAPTIVE:
             assert {i.polarity for i in instances} == {"positive", "negative"}, c["candidate_id"]
             for i in instances:
@@ -243,8 +262,11 @@ def _points(c: dict) -> list[tuple[dict, str]]:
 
 
 def test_causality(release: dict) -> None:
-    spans = {(t["trajectory_id"], s["day_id"], s["session_id"]): (_abs(s, "start_time"), _abs(s, "end_time"))
-             for t in release["trajectories"] for s in t["sessions"]}
+    spans = {
+        (t["trajectory_id"], s["day_id"], s["session_id"]): (_abs(s, "start_time"), _abs(s, "end_time"))
+        for t in release["trajectories"]
+        for s in t["sessions"]
+    }
     for c in release["candidates"] + release["ea"]:
         traj, task = c["trajectory_id"], c["task_type"]
         for point, field in _points(c):
@@ -266,8 +288,10 @@ def test_causality(release: dict) -> None:
             reg = _abs(c["registration_event"], "registration_time")
             assert idx(c["registration_event"]) == idx(c["positive_heartbeat"])
             assert all(reg < _abs(h, "query_time") for h in [c["positive_heartbeat"], *c["negative_heartbeats"]])
-        windows = [*([c["ideal_response_window"]] if "ideal_response_window" in c else c.get("ideal_response_windows", [])),
-                   *c.get("negative_or_silence_windows", [])]
+        windows = [
+            *([c["ideal_response_window"]] if "ideal_response_window" in c else c.get("ideal_response_windows", [])),
+            *c.get("negative_or_silence_windows", []),
+        ]
         assert all(_abs(w, "start_time") < _abs(w, "end_time") for w in windows)
         if task in ("MPA", "TPG"):
             for m in c["evidence_moments"]:
@@ -326,8 +350,13 @@ def _check_mcqa(c: dict, proof: dict, release: dict, videos: dict) -> None:
         rgb = _frame(videos, traj, moment, "end_time")
         assert read_scene(rgb)["zones"][zone] == proof["object_colour"]
         last = _session_order(release, traj)[_index(release, traj, moment)]
-        session = next(s for t in release["trajectories"] if t["trajectory_id"] == traj for s in t["sessions"]
-                       if (s["day_id"], s["session_id"]) == last)
+        session = next(
+            s
+            for t in release["trajectories"]
+            if t["trajectory_id"] == traj
+            for s in t["sessions"]
+            if (s["day_id"], s["session_id"]) == last
+        )
         assert _abs(moment, "end_time") == _abs(session, "end_time") - 1  # the session's last second
     else:  # TR: each sign at its evidence, in the order of the correct option
         words = [read_sign(_frame(videos, traj, m, "start_time"), list(WORDS)) for m in c["evidence_moments"]]
@@ -341,8 +370,12 @@ def _met(rgb: np.ndarray, proof: dict) -> bool:
 
 def _between(videos: dict, traj: str, first: int, last: int) -> list[np.ndarray]:
     """Frames of every recorded second from ``first`` to ``last`` (absolute, inclusive), across sessions."""
-    return [v.at(t) for (tid, _, _), v in videos.items() if tid == traj
-            for t in range(max(first, v.start), min(last + 1, v.start + v.count // v.fps))]
+    return [
+        v.at(t)
+        for (tid, _, _), v in videos.items()
+        if tid == traj
+        for t in range(max(first, v.start), min(last + 1, v.start + v.count // v.fps))
+    ]
 
 
 def _check_adaptive(c: dict, proof: dict, release: dict, videos: dict) -> None:
@@ -367,8 +400,11 @@ def _check_adaptive(c: dict, proof: dict, release: dict, videos: dict) -> None:
         assert all(_met(rgb, proof) for rgb in _span(videos, traj, c["ideal_response_window"]))
         return
     negatives = [rgb for w in c["negative_or_silence_windows"] for rgb in _span(videos, traj, w)]
-    positives = [rgb for w in ([c["ideal_response_window"]] if task != "TPG" else c["ideal_response_windows"])
-                 for rgb in _span(videos, traj, w)]
+    positives = [
+        rgb
+        for w in ([c["ideal_response_window"]] if task != "TPG" else c["ideal_response_windows"])
+        for rgb in _span(videos, traj, w)
+    ]
     if task == "PRM":
         assert not any(_met(rgb, proof) for rgb in negatives) and all(_met(rgb, proof) for rgb in positives)
         return
@@ -382,7 +418,9 @@ def _check_adaptive(c: dict, proof: dict, release: dict, videos: dict) -> None:
             if task == "MPA":
                 assert scene["zones"][proof["zone"]] == proof["object_colour"]
             else:
-                assert scene["count"] == proof["counts"][m] and f"{proof['counts'][m]} items" in moment["evidence_content"]
+                assert (
+                    scene["count"] == proof["counts"][m] and f"{proof['counts'][m]} items" in moment["evidence_content"]
+                )
 
 
 def test_answers_are_proven_from_pixels(release: dict, videos: dict) -> None:

@@ -30,7 +30,9 @@ def make_frames(
     frames = []
     for i in range(n):
         buf = io.BytesIO()
-        pixels = rng.integers(0, 256, (*size, 3), dtype=np.uint8) if fill is None else np.full((*size, 3), fill, np.uint8)
+        pixels = (
+            rng.integers(0, 256, (*size, 3), dtype=np.uint8) if fill is None else np.full((*size, 3), fill, np.uint8)
+        )
         Image.fromarray(pixels).save(buf, "JPEG", quality=90)
         frames.append(Frame("DAY1/S001", float(i), 36_000 + i, buf.getvalue()))
     return frames

@@ -30,7 +30,10 @@ def read_code(rgb: np.ndarray) -> int:
     value = 0
     for r in range(rows):
         for c in range(cols):
-            block = rgb[(4 * r + 1) * h // (4 * rows) : (4 * r + 3) * h // (4 * rows), (4 * c + 1) * w // (4 * cols) : (4 * c + 3) * w // (4 * cols)]
+            block = rgb[
+                (4 * r + 1) * h // (4 * rows) : (4 * r + 3) * h // (4 * rows),
+                (4 * c + 1) * w // (4 * cols) : (4 * c + 3) * w // (4 * cols),
+            ]
             value = value * 2 + int(block.mean() > 127)
     return value
 

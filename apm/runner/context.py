@@ -126,5 +126,7 @@ def prepare(
         Message.text("system", system_prompt()),
         Message("user", tuple(build_parts(trajectory, instance, history, frames, stills)), time=instance.probe_time),
     )
-    request = Request(messages=messages, settings=settings, request_id=instance.key, trajectory_id=instance.trajectory_id)
+    request = Request(
+        messages=messages, settings=settings, request_id=instance.key, trajectory_id=instance.trajectory_id
+    )
     return Prepared(request, (*frames, *stills), prompt_digest(messages), instance)

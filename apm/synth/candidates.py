@@ -261,7 +261,9 @@ def _era(tw: TrajectoryWorld, rng: random.Random) -> Iterator[Mined]:
             "question": "What word is on the first sign I put up in this session?",
             "choices": choices,
             "correct_option_id": correct,
-            "answer_evidence_moments": [_moment(s, a, a + 1, f"The first sign of the session is put up; it reads '{word}'.")],
+            "answer_evidence_moments": [
+                _moment(s, a, a + 1, f"The first sign of the session is put up; it reads '{word}'.")
+            ],
             "positive_heartbeat": _at(s, a + 1, response_reason=f"The first sign is now up and reads '{word}'."),
             "negative_heartbeats": [
                 _at(s, i, silence_reason="No sign has been put up in this session yet, so the answer is not visible.")
@@ -277,8 +279,11 @@ def _arrivals(tw: TrajectoryWorld, s: SessionWorld, earliest: int) -> Iterator[t
     for obj in tw.objects:
         for zone in ZONES:
             c = next((i for i, st in enumerate(s.states) if st.zone_of(obj) == zone), None)
-            if c is not None and earliest <= c and c + 2 < len(s.states) and all(
-                s.states[i].zone_of(obj) == zone for i in range(c, c + 3)
+            if (
+                c is not None
+                and earliest <= c
+                and c + 2 < len(s.states)
+                and all(s.states[i].zone_of(obj) == zone for i in range(c, c + 3))
             ):
                 yield obj, zone, c
 
@@ -291,11 +296,21 @@ def _rcr(tw: TrajectoryWorld, rng: random.Random) -> Iterator[Mined]:
             purpose, place = rng.choice(PURPOSES), ZONE_PLACES[zone]
             negatives = sorted(rng.sample(range(r + 1, c), 2))
             fields = {
-                "registration_event": _at(s, r, "registration_time",
-                                          registration_text=f"When the {obj} is on {place}, remind me to {purpose}."),
-                "positive_heartbeat": _at(s, c + 1, proactive_response=f"The {obj} is on {place} now: remember to {purpose}.",
-                                          reason=f"The {obj} has just been put on {place}, the condition registered earlier in this session."),
-                "negative_heartbeats": [_at(s, i, silence_reason=f"The {obj} is not on {place} yet.") for i in negatives],
+                "registration_event": _at(
+                    s,
+                    r,
+                    "registration_time",
+                    registration_text=f"When the {obj} is on {place}, remind me to {purpose}.",
+                ),
+                "positive_heartbeat": _at(
+                    s,
+                    c + 1,
+                    proactive_response=f"The {obj} is on {place} now: remember to {purpose}.",
+                    reason=f"The {obj} has just been put on {place}, the condition registered earlier in this session.",
+                ),
+                "negative_heartbeats": [
+                    _at(s, i, silence_reason=f"The {obj} is not on {place} yet.") for i in negatives
+                ],
                 "ideal_response_window": _window(s, c, c + 2),
             }
             yield Mined("RCR", fields, {"object_colour": tw.objects[obj], "zone": zone})
@@ -330,9 +345,15 @@ def _prm(tw: TrajectoryWorld, rng: random.Random) -> Iterator[Mined]:
             r = rng.randint(first, len(e.states) - 2)
             purpose, place = rng.choice(PURPOSES), ZONE_PLACES[zone]
             fields = {
-                "registration_event": _at(e, r, "registration_time",
-                                          registration_text=f"Next time the {obj} is on {place}, remind me to {purpose}."),
-                "trigger_match_reason": f"The {obj} is on {place} again, the condition registered on {e.day_id} at {_hms(e.start + r)}.",
+                "registration_event": _at(
+                    e,
+                    r,
+                    "registration_time",
+                    registration_text=f"Next time the {obj} is on {place}, remind me to {purpose}.",
+                ),
+                "trigger_match_reason": (
+                    f"The {obj} is on {place} again, the condition registered on {e.day_id} at {_hms(e.start + r)}."
+                ),
                 "reference_proactive_response": f"The {obj} is on {place}: you asked me to remind you to {purpose}.",
                 "ideal_response_window": _window(m, c, c + 1),
                 "negative_or_silence_windows": _silence_windows(m, c, f"The {obj} is not on {place}."),
@@ -353,13 +374,24 @@ def _mpa(tw: TrajectoryWorld, rng: random.Random) -> Iterator[Mined]:
     """Starting an action again recalls where an object was the last time it was done."""
     for m in tw.sessions[1:]:
         for action, lo in _onsets(m):
-            earlier = [(e, a, b) for e in tw.sessions[: m.index] for a, b, x in _runs(e.states, lambda st: st.action)
-                       if x == action]
+            earlier = [
+                (e, a, b)
+                for e in tw.sessions[: m.index]
+                for a, b, x in _runs(e.states, lambda st: st.action)
+                if x == action
+            ]
             if not earlier:
                 continue
             e, a, b = earlier[-1]
-            found = next(((obj, p) for p in range(a, b) for obj in e.states[p].zones
-                          if obj is not None and e.states[p + 1].zone_of(obj) == e.states[p].zone_of(obj)), None)
+            found = next(
+                (
+                    (obj, p)
+                    for p in range(a, b)
+                    for obj in e.states[p].zones
+                    if obj is not None and e.states[p + 1].zone_of(obj) == e.states[p].zone_of(obj)
+                ),
+                None,
+            )
             if found is None:
                 continue
             obj, p = found
@@ -368,11 +400,14 @@ def _mpa(tw: TrajectoryWorld, rng: random.Random) -> Iterator[Mined]:
             fields = {
                 "evidence_moments": [_moment(e, p, p + 1, f"I am {action}; the {obj} is on {place}.")],
                 "response_window_rationale": f"I have just started {action} again; the last time I did it, "
-                                             f"on {e.day_id}, the {obj} was on {place}.",
-                "reference_proactive_response": f"You're {action} again. Last time you did this, the {obj} was on {place}.",
+                f"on {e.day_id}, the {obj} was on {place}.",
+                "reference_proactive_response": (
+                    f"You're {action} again. Last time you did this, the {obj} was on {place}."
+                ),
                 "ideal_response_window": _window(m, lo, lo + 3),
                 "negative_or_silence_windows": _silence_windows(
-                    m, lo, f"I am not {action} yet, so the earlier experience does not apply."),
+                    m, lo, f"I am not {action} yet, so the earlier experience does not apply."
+                ),
             }
             yield Mined("MPA", fields, {"action": action, "object_colour": tw.objects[obj], "zone": zone})
 
@@ -381,29 +416,49 @@ def _tpg(tw: TrajectoryWorld, rng: random.Random) -> Iterator[Mined]:
     """Resuming packing the tray recalls how far it got in earlier sessions."""
     for m in tw.sessions[1:]:
         for _, lo in _onsets(m, PACKING):
-            ends = [(e, b) for e in tw.sessions[: m.index] for _, b, x in _runs(e.states, lambda st: st.action)
-                    if x == PACKING][-2:]
+            ends = [
+                (e, b)
+                for e in tw.sessions[: m.index]
+                for _, b, x in _runs(e.states, lambda st: st.action)
+                if x == PACKING
+            ][-2:]
             if not ends or any(b < 2 or len({st.count for st in e.states[b - 2 : b + 1]}) != 1 for e, b in ends):
                 continue
             counts = [e.states[b].count for e, b in ends]
             history = " and ".join(f"{k} items on {e.day_id} ({e.session_id})" for k, (e, _) in zip(counts, ends))
             fields = {
-                "evidence_moments": [_moment(e, b - 2, b, f"I stop packing the tray; it holds {k} items.")
-                                     for k, (e, b) in zip(counts, ends)],
-                "memory_relevance": f"Packing the tray continues across sessions: it held {history} when packing stopped.",
-                "ideal_response_windows": [_window(
-                    m, lo, lo + 3,
-                    response_window_rationale="I have just resumed packing the tray.",
-                    reference_proactive_response=f"You're packing the tray again. Last time you stopped with "
-                                                 f"{counts[-1]} of {TRAY_SLOTS} slots filled.")],
+                "evidence_moments": [
+                    _moment(e, b - 2, b, f"I stop packing the tray; it holds {k} items.")
+                    for k, (e, b) in zip(counts, ends)
+                ],
+                "memory_relevance": (
+                    f"Packing the tray continues across sessions: it held {history} when packing stopped."
+                ),
+                "ideal_response_windows": [
+                    _window(
+                        m,
+                        lo,
+                        lo + 3,
+                        response_window_rationale="I have just resumed packing the tray.",
+                        reference_proactive_response=f"You're packing the tray again. Last time you stopped with "
+                        f"{counts[-1]} of {TRAY_SLOTS} slots filled.",
+                    )
+                ],
                 "negative_or_silence_windows": _silence_windows(
-                    m, lo, "I am not packing the tray yet, so the progress reminder is not useful."),
+                    m, lo, "I am not packing the tray yet, so the progress reminder is not useful."
+                ),
             }
             yield Mined("TPG", fields, {"action": PACKING, "counts": counts})
 
 
 MINERS: tuple[Callable[[TrajectoryWorld, random.Random], Iterator[Mined]], ...] = (
-    _perception, _cross_session, _era, _rcr, _prm, _mpa, _tpg,
+    _perception,
+    _cross_session,
+    _era,
+    _rcr,
+    _prm,
+    _mpa,
+    _tpg,
 )
 
 
@@ -412,7 +467,9 @@ def _distinct(mined: list[Mined]) -> list[Mined]:
     seen: set[str] = set()
     out = []
     for c in mined:
-        key = json.dumps([c.task, {k: v for k, v in c.fields.items() if k not in ("query", "choices", "correct_option_id")}])
+        key = json.dumps(
+            [c.task, {k: v for k, v in c.fields.items() if k not in ("query", "choices", "correct_option_id")}]
+        )
         if key not in seen:
             seen.add(key)
             out.append(c)
@@ -424,8 +481,15 @@ def _select(mined: list[Mined], per_task: int, rng: random.Random) -> list[Mined
     out = []
     for task in TASKS:
         pool = _distinct([c for c in mined if c.task == task])
-        firsts = [next(c for c in pool if c.evidence_available is v) for v in (True, False)
-                  if any(c.evidence_available is v for c in pool)] if task in ("ER", "EST", "TR") else []
+        firsts = (
+            [
+                next(c for c in pool if c.evidence_available is v)
+                for v in (True, False)
+                if any(c.evidence_available is v for c in pool)
+            ]
+            if task in ("ER", "EST", "TR")
+            else []
+        )
         rest = [c for c in pool if all(c is not f for f in firsts)]
         out += (firsts + rng.sample(rest, len(rest)))[:per_task]
     return out

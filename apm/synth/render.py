@@ -67,7 +67,12 @@ class Layout:
         x0, y0, x1, y1 = self.tray
         r, c = divmod(i, TRAY_COLS)
         w, h = (x1 - x0) / TRAY_COLS, (y1 - y0) / (TRAY_SLOTS // TRAY_COLS)
-        return (round(x0 + (c + 0.15) * w), round(y0 + (r + 0.15) * h), round(x0 + (c + 0.85) * w), round(y0 + (r + 0.85) * h))
+        return (
+            round(x0 + (c + 0.15) * w),
+            round(y0 + (r + 0.15) * h),
+            round(x0 + (c + 0.85) * w),
+            round(y0 + (r + 0.85) * h),
+        )
 
     @property
     def sign(self) -> Box:
@@ -111,17 +116,29 @@ def render_state(state: State, abs_second: int, objects: dict[str, str], width: 
         if name is None:
             continue
         x0, y0, x1, y1 = layout.zone(i)
-        draw.rounded_rectangle((x0, y0, x1 - 1, y1 - 1), radius=max(1, (x1 - x0) // 8), fill=OBJECT_COLOURS[objects[name]])
+        draw.rounded_rectangle(
+            (x0, y0, x1 - 1, y1 - 1), radius=max(1, (x1 - x0) // 8), fill=OBJECT_COLOURS[objects[name]]
+        )
         lb = layout.zone_label(i)
-        draw.text(((lb[0] + lb[2]) / 2, (lb[1] + lb[3]) / 2), name, fill=(230, 230, 230),
-                  font=_fit_font(draw, name, lb, label_size), anchor="mm")
+        draw.text(
+            ((lb[0] + lb[2]) / 2, (lb[1] + lb[3]) / 2),
+            name,
+            fill=(230, 230, 230),
+            font=_fit_font(draw, name, lb, label_size),
+            anchor="mm",
+        )
     x0, y0, x1, y1 = layout.action
     draw.rectangle((x0, y0, x1 - 1, y1 - 1), fill=ACTIONS[state.action])
     verb = state.action.split(" ")[0]
     text_box = (x0, round(y0 + (y1 - y0) * 0.6), x1, y1)
     draw.rectangle((x0, text_box[1], x1 - 1, y1 - 1), fill=(20, 20, 20))
-    draw.text(((x0 + x1) / 2, (text_box[1] + y1) / 2), verb, fill=(240, 240, 240),
-              font=_fit_font(draw, verb, text_box, (y1 - text_box[1]) * 0.9), anchor="mm")
+    draw.text(
+        ((x0 + x1) / 2, (text_box[1] + y1) / 2),
+        verb,
+        fill=(240, 240, 240),
+        font=_fit_font(draw, verb, text_box, (y1 - text_box[1]) * 0.9),
+        anchor="mm",
+    )
     tx0, ty0, tx1, ty1 = layout.tray
     draw.rectangle((tx0, ty0, tx1 - 1, ty1 - 1), fill=TRAY)
     for i in range(TRAY_SLOTS):
@@ -211,7 +228,10 @@ def read_sign(rgb: np.ndarray, words: list[str]) -> str | None:
     grey = np.asarray(Image.fromarray(np.ascontiguousarray(rgb[y0:y1, x0:x1])).convert("L"), dtype=np.float32)
 
     def distance(word: str) -> float:
-        return min(float(np.mean((grey - _sign_template(word, width, height, k)) ** 2))
-                   for k in SUPERSAMPLES if k == 1 or width * k <= MAX_TEMPLATE_WIDTH)
+        return min(
+            float(np.mean((grey - _sign_template(word, width, height, k)) ** 2))
+            for k in SUPERSAMPLES
+            if k == 1 or width * k <= MAX_TEMPLATE_WIDTH
+        )
 
     return min(words, key=distance)

@@ -36,7 +36,8 @@ FORMAT_VERSION = 1
 
 
 def default_cache_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The cache folder: ``explicit`` (flag / config key), else ``$APM_CACHE_DIR``, else ``$XDG_CACHE_HOME/apm/frames``."""
+    """The cache folder: ``explicit`` (flag / config key), else ``$APM_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/apm/frames``."""
     if explicit:
         return Path(explicit).expanduser()
     if os.environ.get(CACHE_DIR_ENV):
@@ -134,7 +135,11 @@ class FrameCache:
 
     def key(self, video: Path) -> str:
         """Content key of ``video``'s entry: hash of format version, file SHA-256 and sampling settings."""
-        spec = {"format": FORMAT_VERSION, "video_sha256": file_digest(video, self.cache_dir), **self.settings.describe()}
+        spec = {
+            "format": FORMAT_VERSION,
+            "video_sha256": file_digest(video, self.cache_dir),
+            **self.settings.describe(),
+        }
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:40]
 
     def entry_path(self, key: str) -> Path:
@@ -215,7 +220,10 @@ def build_release_cache(
     videos = sorted({s.video.resolve() for t in release.trajectories for s in t.sessions})
     ready: list[Path] = []
     failed: list[VideoDecodeError] = []
-    with ProcessPoolExecutor(max(1, workers)) as pool, tqdm(total=len(videos), unit="video", disable=not progress) as bar:
+    with (
+        ProcessPoolExecutor(max(1, workers)) as pool,
+        tqdm(total=len(videos), unit="video", disable=not progress) as bar,
+    ):
         futures = {pool.submit(_build_one, cache.cache_dir, cache.settings, v): v for v in videos}
         for fut in as_completed(futures):
             try:

@@ -154,7 +154,9 @@ def raw_video_spans(trajectory: Trajectory, instance: Instance) -> list[Span]:
     return [Span(s.key, s.start, s.end) for s in prior] + prefix_spans(trajectory, instance)
 
 
-def raw_video_frames(cache: FrameCache, trajectory: Trajectory, instance: Instance, max_frames: int = 1024) -> list[Frame]:
+def raw_video_frames(
+    cache: FrameCache, trajectory: Trajectory, instance: Instance, max_frames: int = 1024
+) -> list[Frame]:
     """Raw-video-as-memory input: prior visible sessions + current prefix, uniformly down to ``max_frames``."""
     return select_frames(cache, trajectory, instance, raw_video_spans(trajectory, instance), max_frames=max_frames)
 
@@ -164,6 +166,8 @@ def prefix_frames(cache: FrameCache, trajectory: Trajectory, instance: Instance,
     return select_frames(cache, trajectory, instance, prefix_spans(trajectory, instance), max_frames=max_frames)
 
 
-def recent_frames(cache: FrameCache, trajectory: Trajectory, instance: Instance, n: int = SIMPLESTREAM_FRAMES) -> list[Frame]:
+def recent_frames(
+    cache: FrameCache, trajectory: Trajectory, instance: Instance, n: int = SIMPLESTREAM_FRAMES
+) -> list[Frame]:
     """The ``n`` latest samples of the current prefix (SimpleStream: 4), ending at the probe second."""
     return select_frames(cache, trajectory, instance, prefix_spans(trajectory, instance), recent=n)
