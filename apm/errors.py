@@ -78,7 +78,8 @@ def hydra_guarded(prog: str, app: Callable[[], None], usage: tuple[type[BaseExce
     before = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
-        return guarded(prog, lambda: _raise_held(app()), debug, usage)
+        # _raise_held returns None by design: the call's status is None unless it raises
+        return guarded(prog, lambda: _raise_held(app()), debug, usage)  # type: ignore[func-returns-value]
     finally:
         if before is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)

@@ -55,8 +55,8 @@ def compare_runs(a: RunSet, b: RunSet, seed: int = 0, reps: int = 1000) -> pd.Da
     two-sided bootstrap p-value (NaN without replicates), restricted to instances both runs answered."""
     label_a, label_b = _only_method(a), _only_method(b)
     keys = shared_keys(a.records, b.records)
-    units = [candidate_units(r.records[r.records["key"].isin(keys)], r.judgements) for r in (a, b)]
-    samples_a, samples_b = paired_samples(*units, seed=seed, reps=reps)
+    units_a, units_b = [candidate_units(r.records[r.records["key"].isin(keys)], r.judgements) for r in (a, b)]
+    samples_a, samples_b = paired_samples(units_a, units_b, seed=seed, reps=reps)
     found_b = {(e.metric, e.task): e for e in evaluate(samples_b)}
     rows = []
     for ea in evaluate(samples_a):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -102,7 +103,7 @@ def pending(jobs: list[ShardJob]) -> tuple[list[ShardJob], list[tuple[ShardJob, 
     ids = [last_job_id(ledger.read_events(j.run_dir, j.shard)) or "" for j in jobs]
     states = scheduler.states(ids)
     todo, skipped = [], []
-    counts: dict[Path, Any] = {}
+    counts: dict[Path, tuple[dict[str, bool], Counter]] = {}
     for job in jobs:
         counts.setdefault(job.run_dir, record_counts(job.run_dir))
         status = shard_status(job.run_dir, job.run_dir, job.shard, *counts[job.run_dir], states, 0.0)
