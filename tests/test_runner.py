@@ -230,7 +230,8 @@ def test_raw_video_memory_replays_what_it_stores(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(FrameCache, "entry", lambda self, video: read.append(Path(video)) or original(self, video))
     run_dir = run(
         compose_run(
-            tiny, tmp_path / "runs", tmp_path / "cache", ["memory=raw_video", "backbone=oracle", "dataset.tasks=[ER]"]
+            tiny, tmp_path / "runs", tmp_path / "cache",
+            ["memory=raw_video", "backbone=oracle", "backbone.max_frames=8", "dataset.tasks=[ER]"],
         )
     )
     state = (run_dir / "memory_state").resolve()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from apm.data.ids import session_path
 from apm.data.instances import Instance, Turn
-from apm.data.model import Trajectory
+from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
 from apm.records.atomic import temp_name, write_atomically
 from apm.video.select import Span
@@ -32,6 +32,13 @@ def _keep(src: Path, dst: Path) -> None:
         os.replace(tmp, dst)
     finally:
         tmp.unlink(missing_ok=True)  # rename() keeps both names when they already link one file
+
+
+def _stored(state_dir: Path, session: Session) -> Path | None:
+    """The session's stored video, which replay reads; None (the release's copy) only while it is not
+    stored yet — when a preflight or ``print_request`` plans requests before the run has kept it."""
+    path = session_path(state_dir, session, session.video.suffix)
+    return path if path.exists() else None
 
 
 class RawVideo(MemoryProtocol):
@@ -73,5 +80,5 @@ class RawVideo(MemoryProtocol):
             if log.exists():
                 turns += [Turn(t["kind"], t["time"], t["text"], t["candidate_id"])
                           for t in json.loads(log.read_text()) if t.get("candidate_id") == instance.candidate_id]
-        spans = (Span(s.key, s.start, s.end, session_path(state_dir, s, s.video.suffix)) for s in prior)
-        return History(spans=tuple(spans), turns=tuple(turns))
+        return History(spans=tuple(Span(s.key, s.start, s.end, _stored(state_dir, s)) for s in prior),
+                       turns=tuple(turns))
