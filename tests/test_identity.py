@@ -131,7 +131,7 @@ def test_records_carry_the_config_group_choices_and_the_settings_off_their_defau
     apm_run(*common, f"hydra.searchpath=[file://{REPO / 'examples' / 'conf'}]", "memory=keyframes",
             "memory.every_s=5", "backbone=my_backbone", "+backbone@writer=oracle")
     recs = [r for p in out.rglob("records/*.jsonl") for r in map(json.loads, p.read_text().splitlines())]
-    schema = json.loads(resources.files("apm.runner").joinpath("schemas", "record.schema.json").read_text())
+    schema = json.loads(resources.files("apm.records").joinpath("schemas", "record.schema.json").read_text())
     for r in recs:
         jsonschema.validate(r, schema)
     runs = {(r["run"]["choices"]["memory"], json.dumps(r["run"]["overrides"])): r["run"] for r in recs}

@@ -278,7 +278,7 @@ def test_truncated_last_line_is_skipped_with_warning(tmp_path: Path) -> None:
 def test_fixtures_follow_the_runner_schemas(tmp_path: Path) -> None:
     import jsonschema
 
-    schemas = Path(__file__).resolve().parents[1] / "apm" / "runner" / "schemas"
+    schemas = Path(__file__).resolve().parents[1] / "apm" / "records" / "schemas"
     fixtures.small_run_set(tmp_path / "small")
     fixtures.synthetic_run(tmp_path / "random", fixtures.run_info(), trajectories=2, seed=0)
     for kind, schema in (("records", "record"), ("memory", "memory")):

@@ -135,7 +135,7 @@ def test_records_validate_against_the_documented_schema(tiny, cache, tmp_path):
 
     import jsonschema
 
-    schemas = resources.files("apm.runner").joinpath("schemas")
+    schemas = resources.files("apm.records").joinpath("schemas")
     record_schema = json.loads(schemas.joinpath("record.schema.json").read_text())
     memory_schema = json.loads(schemas.joinpath("memory.schema.json").read_text())
     for memory in ("text_summary", "none"):

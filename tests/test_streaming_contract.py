@@ -75,7 +75,7 @@ def test_nothing_after_the_probe_is_observed_before_the_answer_on_pixels(tiny, s
 
 def test_streaming_records_carry_the_update_latency_and_validate(spied):
     run_dir, _, _ = spied
-    schema = json.loads(resources.files("apm.runner").joinpath("schemas", "record.schema.json").read_text())
+    schema = json.loads(resources.files("apm.records").joinpath("schemas", "record.schema.json").read_text())
     recs = records(run_dir)
     for r in recs:
         jsonschema.validate(r, schema)
