@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from apm.backbones.base import FramePart, Message, Request, TextPart, Truncation
+from apm.backbones.base import FramePart, Message, Part, Request, TextPart, Truncation
 
 Policy = Literal["uniform", "oldest"]
 
@@ -103,7 +103,7 @@ def _filter_frames(messages: tuple[Message, ...], keep: frozenset[int]) -> tuple
     """Messages with only the frames whose request-wide index is in ``keep``."""
     out, i = [], 0
     for m in messages:
-        parts = []
+        parts: list[Part] = []
         for p in m.parts:
             if isinstance(p, FramePart):
                 if i in keep:

@@ -86,10 +86,11 @@ def probe_points(c: Candidate) -> Iterator[tuple[str, Polarity | None, str, int,
             yield f"neg{i}", "negative", session, t, None
         return
     positives = f["ideal_response_windows"] if c.task == "TPG" else [f["ideal_response_window"]]
-    for polarity, prefix, windows in (
+    groups: tuple[tuple[Polarity, str, Any], ...] = (
         ("positive", "pos", positives),
         ("negative", "neg", f.get("negative_or_silence_windows") or []),
-    ):
+    )
+    for polarity, prefix, windows in groups:
         for i, w in enumerate(windows):
             session, end = _at(w, "end_time")
             _, start = _at(w, "start_time")

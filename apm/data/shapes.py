@@ -85,7 +85,7 @@ REGISTRATION = _session_obj(registration_time=Str(), registration_text=Str())
 SILENCE_WINDOWS = List(_window(silence_reason=Str()))
 SILENCE_HEARTBEATS = List(_heartbeat(silence_reason=Str()))
 
-_MCQA = {
+_MCQA: dict[str, Shape] = {
     "question": Str(),
     "choices": Choices(MCQA_OPTIONS),
     "correct_option_id": Str(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -81,7 +82,7 @@ def guidance(task: str) -> str:
     raise KeyError(task)
 
 
-def probe_reference(fields: dict[str, Any], task: str, probe_id: str) -> dict[str, Any]:
+def probe_reference(fields: Mapping[str, Any], task: str, probe_id: str) -> dict[str, Any]:
     """The reference annotations of one probe: the task's fields and the probe's own entry."""
     ref = {k: fields[k] for k in REFERENCE_FIELDS[task] if k in fields}
     index = int(probe_id.lstrip("posneg") or 0)

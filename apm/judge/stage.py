@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,7 @@ class JudgeStage:
             out.close()
         self.stats.by_run[str(run_dir)] = len(fresh)
 
-    async def _judge(self, rec: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    async def _judge(self, rec: dict[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
         prompt = judge_prompt(rec["task"], rec["polarity"], rec["probe_time"],
                               probe_reference(fields, rec["task"], rec["probe_id"]), rec["output"])
         request = Request((Message.text("system", JUDGE_SYSTEM), Message.text("user", prompt)),

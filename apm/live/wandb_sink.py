@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from apm.records.redact import redact_data
 
@@ -35,10 +35,14 @@ def attempt_id(run_id: str) -> str:
     return f"{run_id}-{secrets.token_hex(4)}"
 
 
+WandbMode = Literal["online", "offline", "disabled", "shared"]
+"""The modes ``wandb.init`` accepts."""
+
+
 class WandbSink:
     """Buffers rows and logs them in chunks; ``close`` logs the rest and the closing summary."""
 
-    def __init__(self, mode: str, project: str, name: str, group: str | None, config: dict[str, Any],
+    def __init__(self, mode: WandbMode, project: str, name: str, group: str | None, config: dict[str, Any],
                  run_dir: Path, entity: str | None = None, chunk_rows: int = 5000, run_id: str | None = None):
         import wandb
 

@@ -118,7 +118,8 @@ def instance_rows(
             "session": f"{rec['day_id']}/{rec['session_id']}",
             "judge_score": j.get("score"), "judge_status": j.get("status"), "justification": note.get("justification"),
             "n_frames": len(frames),
-            "frames": thumbnails.strip(str(rec["trajectory_id"]), frames) if wanted else None,
+            "frames": (thumbnails.strip(str(rec["trajectory_id"]), frames)
+                       if wanted and thumbnails is not None else None),
         }
         rows.append([plain(cells[c]) for c in COLUMNS])
     return rows

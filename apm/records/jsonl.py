@@ -71,7 +71,7 @@ def read_folder(folder: Path, kind: Kind | None = None) -> Iterator[dict[str, An
     """Every usable line of every ``*.jsonl`` in ``folder``, file by file in name order; ``kind``
     defaults to the folder's name (``records``, ``memory``, ``judgements``)."""
     if folder.is_dir():
-        checked: Kind = kind or (folder.name if folder.name in CHECKS else "any")  # type: ignore[assignment]
+        checked: Kind = kind or (folder.name if folder.name in CHECKS else "any")
         for path in sorted(folder.glob("*.jsonl")):
             yield from read_jsonl(path, checked)
 

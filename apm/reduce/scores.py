@@ -120,9 +120,9 @@ def evaluate(samples: Mapping[str, Sample]) -> list[Estimate]:
     out = [e for e in out if (e.n > 0 and np.isfinite(e.value)) or _withheld(e)]
     found = {(e.metric, e.task): e for e in out}
     for mean in MEANS:
-        parts = [found.get((mean.of, part)) for part in mean.parts]
-        if all(p is not None for p in parts):
-            e = _mean(mean, [p for p in parts if p is not None])
+        found_parts = [found.get((mean.of, part)) for part in mean.parts]
+        if all(p is not None for p in found_parts):
+            e = _mean(mean, [p for p in found_parts if p is not None])
             found[(e.metric, e.task)] = e
             out.append(e)
     return out

@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from hydra import compose
 from hydra.core.config_store import ConfigStore
@@ -187,7 +187,7 @@ def _missing(node: Any, prefix: str) -> list[str]:
     if not isinstance(node, DictConfig):
         return []
     paths = []
-    for key in node.keys():
+    for key in cast("collections.abc.Iterable[str]", node.keys()):  # OmegaConf types keys loosely; ours are str
         if OmegaConf.is_missing(node, key):
             paths.append(f"{prefix}.{key}")
         elif not OmegaConf.is_interpolation(node, key):

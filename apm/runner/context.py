@@ -107,7 +107,7 @@ def _canon(part: Part) -> str | list[str | float]:
     """A part as the digest sees it: its text, or its frame (and ``still`` when it goes as an image)."""
     if isinstance(part, TextPart):
         return part.text
-    frame = [part.frame.session, part.frame.offset]
+    frame: list[str | float] = [part.frame.session, part.frame.offset]
     return [*frame, "still"] if part.still else frame
 
 

@@ -55,7 +55,7 @@ class RunSetup:
 
     release: Release
     run_dir: Path
-    run_info: dict[str, str]
+    run_info: dict[str, Any]
     """``dataset``, ``memory``, ``backbone``, ``config_hash``: copied onto every record."""
     protocol: MemoryProtocol | StreamingSystem
     backbone: Any
@@ -346,12 +346,14 @@ class OnlineRun:
         """Run the protocol's session-end update and append its memory line (returned): the state it
         left, file by file, and its size."""
         s = self.setup
-        limit = min(s.protocol.session_frames, frame_budget(s.writer, s.protocol.session_frames))
+        protocol = s.protocol
+        assert isinstance(protocol, MemoryProtocol)  # a StreamingSystem is replayed by apm.runner.streaming instead
+        limit = min(protocol.session_frames, frame_budget(s.writer, protocol.session_frames))
         frames = await asyncio.to_thread(session_frames, s.cache, session, limit)
         view = SessionView(traj, session, session_interactions(s.release, traj, session), frames)
         async with self._sem if s.latency_mode else nullcontext():  # isolated: nothing runs beside it
             began = time.perf_counter()
-            facts = await s.protocol.end_session(view, state_dir, s.writer if s.protocol.needs_writer else None)
+            facts = await protocol.end_session(view, state_dir, s.writer if protocol.needs_writer else None)
             update_s = time.perf_counter() - began
         return await self._memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
 

@@ -18,6 +18,7 @@ from apm.data import clock
 from apm.data.ids import id_path
 from apm.data.instances import Instance
 from apm.data.model import Trajectory
+from apm.memory.base import MemoryProtocol
 from apm.runner.context import Prepared, prepare
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance
                      state_dir: Path) -> tuple[Prepared, Truncation | None]:
     """The instance's request with frames chosen for the context its text leaves the backbone, and
     what that choice left out of the full budget (None: nothing)."""
+    if not isinstance(setup.protocol, MemoryProtocol):  # it used to fail here as an AttributeError (no .history)
+        raise TypeError(f"{setup.protocol.name}: a streaming system composes its own requests; none to prepare")
     history = setup.protocol.history(instance, trajectory, state_dir)
     prepared = prepare(setup.cache, trajectory, instance, history, setup.max_frames, setup.settings, setup.layout)
     guard = getattr(setup.backbone, "guard", None)
@@ -42,6 +45,7 @@ def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance
     fitted = prepare(setup.cache, trajectory, instance, history, fit, setup.settings, setup.layout)
     if len(fitted.frames) > fit:  # the protocol picks its own frames (the most recent N): the guard cuts them
         return prepared, None
+    assert guard is not None  # fit is None without a guard
     return fitted, guard.budget_truncation(prepared.request, fitted.request)
 
 

@@ -151,7 +151,8 @@ async def replay_session(run: OnlineRun, traj: Trajectory, session: Session, sta
                          todo: list[Instance], shown: dict[str, Any], prior_seconds: int) -> dict[str, Any]:
     """One session through the system: begin, observe and answer in time order, export; returns its memory line."""
     s = run.setup
-    system: StreamingSystem = s.protocol
+    system = s.protocol
+    assert isinstance(system, StreamingSystem)  # replay_trajectory runs only for a StreamingSystem
     try:
         frames, unseen = await asyncio.to_thread(session_frames, s.cache, session, EVERY_FRAME), None
     except VideoDecodeError as e:  # streamed without its video: its probes record why, the trajectory goes on
@@ -186,8 +187,10 @@ async def answer_probe(run: OnlineRun, traj: Trajectory, inst: Instance, clock: 
     else:
         run._in_flight += 1
         in_flight = run._in_flight
+        system = s.protocol
+        assert isinstance(system, StreamingSystem)  # called only from replay_session, for a StreamingSystem
         try:
-            answer = await ask(s.protocol, Probe(inst, traj, partial(compose_request, s, traj, inst)))
+            answer = await ask(system, Probe(inst, traj, partial(compose_request, s, traj, inst)))
         finally:
             run._in_flight -= 1
     wall = time.perf_counter() - began

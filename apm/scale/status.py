@@ -179,8 +179,8 @@ def render(rows: list[ShardStatus]) -> str:
     lines = [f"{'run':<{w}} {'shard':<14} {'state':<16} {'done/total':>12} {'errors':>6} {'dup':>4} "
              f"{'job':>10} {'eta':>8}"]
     for r in rows:
-        total = "?" if r.total is None else str(r.total)
-        lines.append(f"{r.run:<{w}} {r.shard:<14} {r.state:<16} {f'{r.done}/{total}':>12} {r.errors:>6} "
+        shown_total = "?" if r.total is None else str(r.total)
+        lines.append(f"{r.run:<{w}} {r.shard:<14} {r.state:<16} {f'{r.done}/{shown_total}':>12} {r.errors:>6} "
                      f"{r.duplicates:>4} {r.job_id or '-':>10} {_clock(r.eta_s):>8}")
     states = Counter(r.state for r in rows)
     done, total = sum(r.done for r in rows), sum(r.total or 0 for r in rows)

@@ -16,7 +16,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -63,7 +63,8 @@ def _compose(overrides: Sequence[str]) -> DictConfig:
 def sweep_combinations(overrides: Sequence[str]) -> list[list[str]]:
     """Every combination of the sweep: ``hydra.sweeper.params`` from the config, then the command line."""
     parser = OverridesParser.create()
-    fixed = [o.input_line for o in parser.parse_overrides(list(overrides)) if not o.is_sweep_override()]
+    # the parser sets every override's input_line (Hydra types it Optional for hand-built ones)
+    fixed = [cast(str, o.input_line) for o in parser.parse_overrides(list(overrides)) if not o.is_sweep_override()]
     params = _compose(fixed).hydra.sweeper.params or {}
     from_config = [f"{k}={v}" for k, v in params.items()]
     return BasicSweeper.split_arguments(parser.parse_overrides(from_config + list(overrides)), None)[0]
@@ -75,7 +76,7 @@ def expand(overrides: Sequence[str]) -> tuple[list[ShardJob], dict[str, Any]]:
     launcher: dict[str, Any] = {}
     for combo in sweep_combinations(overrides):
         cfg = _compose(combo)
-        launcher = launcher or OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+        launcher = launcher or cast(dict[str, Any], OmegaConf.to_container(cfg.hydra.launcher, resolve=True))
         given = any(o.split("=", 1)[0].lstrip("+~") == "shard.index" for o in combo)
         indices = [cfg.shard.index] if given else range(cfg.shard.count)
         for i in indices:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart, ask
+from apm.backbones.base import FramePart, GenerationSettings, Message, Part, Request, TextPart, ask
 from apm.data import clock
 from apm.data.frames import Frame
 from apm.data.ids import session_path
@@ -64,7 +64,7 @@ def thumbnail(frame: Frame, margin: float, size: tuple[int, int] = (32, 24)) -> 
     with Image.open(io.BytesIO(frame.jpeg)) as im:
         width, height = im.size
         box = (0, round(height * margin), width, round(height * (1 - margin)))
-        return np.asarray(im.convert("RGB").crop(box).resize(size, Image.BILINEAR), np.float32)
+        return np.asarray(im.convert("RGB").crop(box).resize(size, Image.Resampling.BILINEAR), np.float32)
 
 
 def change(a: np.ndarray, b: np.ndarray) -> float:
@@ -123,7 +123,7 @@ class EventMemory(StreamingSystem):
         self.open = []
         shown = [frames[i] for i in uniform_indices(len(frames), self.describe_frames)]
         session = self.context.session
-        parts = (TextPart(DESCRIBE), *(FramePart(f) for f in shown), TextPart("Description:"))
+        parts: tuple[Part, ...] = (TextPart(DESCRIBE), *(FramePart(f) for f in shown), TextPart("Description:"))
         request = Request(messages=(Message("user", parts),), settings=GenerationSettings(max_tokens=self.max_tokens),
                           request_id=f"{self.context.trajectory.trajectory_id}/{session.key}/event@{frames[0].label}")
         response = await self.context.writer.generate(request)

@@ -60,6 +60,7 @@ class Chunk:
         """Keys and values, read from the state folder for an earlier session's chunk (only when attended)."""
         if self.kv is not None:
             return self.kv
+        assert self.stored is not None  # a chunk holds its caches (kv) or where they are stored
         path, i = self.stored
         with np.load(path) as arrays:
             return arrays[f"keys{i}"], arrays[f"values{i}"]
@@ -206,10 +207,13 @@ class KVCacheMemory(StreamingSystem):
             self.chunks.append(await self._encode(self.pending))
             self.pending = []
         session = self.context.session
-        arrays = {f"{kind}{i}": kv for i, c in enumerate(self.chunks) for kind, kv in zip(("keys", "values"), c.kv)}
+        arrays: dict[str, np.ndarray] = {}
+        for i, c in enumerate(self.chunks):
+            assert c.kv is not None  # this session's chunks come from _encode, which keeps their caches
+            arrays[f"keys{i}"], arrays[f"values{i}"] = c.kv
         arrays["vectors"] = np.stack([c.vector for c in self.chunks]) if self.chunks else np.zeros((0, 0))
         buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
+        np.savez(buffer, **arrays)  # type: ignore[arg-type]  # numpy's stub fears a key named allow_pickle; ours are keysN/valuesN/vectors
         write_atomically(session_path(state_dir, session, ".kv.npz"), buffer.getvalue())
         index = {"chunks": [{"frames": c.frames, "next_position": c.next_position, "tokens": c.tokens}
                             for c in self.chunks], "turns": self.turns.to_json()}

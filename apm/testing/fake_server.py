@@ -190,7 +190,9 @@ class FakeServer:
                 await writer.drain()
                 writer.transport.abort()
                 return False
-        usage = {"prompt_tokens": prompt_tokens(body), "completion_tokens": len(pieces)}
+        usage: dict[str, int | dict[str, int]] = {
+            "prompt_tokens": prompt_tokens(body), "completion_tokens": len(pieces),
+        }
         if self.cached_tokens is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         _event(writer, json.dumps({**served, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))

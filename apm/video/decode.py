@@ -153,7 +153,7 @@ def _timed_frames(path: Path, container: InputContainer, progress: _Progress) ->
     pts0: int | None = None
     try:
         for frame in container.decode(container.streams.video[0]):
-            if frame.pts is None:
+            if frame.pts is None or frame.time_base is None:
                 raise VideoDecodeError(path, progress.at, "frame without a timestamp")
             pts0 = frame.pts if pts0 is None else pts0
             t = (frame.pts - pts0) * frame.time_base
@@ -202,6 +202,7 @@ def sample_jpegs(path: str | Path, settings: SamplingSettings) -> Iterator[bytes
                 size = scaled_size(frame.width, frame.height, settings.max_side)
                 encoded = worker.submit(_to_jpeg, scaler, frame, size, frame.rotation, settings.jpeg_quality)
                 shown = frame
+            assert encoded is not None  # the first slot's frame is never `shown` (None), so it was submitted
             pending.append(encoded)
             if len(pending) > _AHEAD:
                 yield pending.popleft().result()
