@@ -11,6 +11,7 @@ and resumes from its records. The launcher settings are the ``hydra/launcher`` p
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 from collections import Counter
@@ -19,13 +20,14 @@ from pathlib import Path
 from typing import Any, Sequence, cast
 
 from hydra import compose, initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf
 
 from apm.configs import CONF_DIR
 from apm.runner import ledger
 from apm.runner.app import run_dir_of
+from apm.runner.config import ConfigError
 from apm.scale import scheduler
 from apm.scale.status import last_job_id, record_counts, shard_status
 
@@ -67,7 +69,20 @@ def sweep_combinations(overrides: Sequence[str]) -> list[list[str]]:
     fixed = [cast(str, o.input_line) for o in parser.parse_overrides(list(overrides)) if not o.is_sweep_override()]
     params = _compose(fixed).hydra.sweeper.params or {}
     from_config = [f"{k}={v}" for k, v in params.items()]
-    return BasicSweeper.split_arguments(parser.parse_overrides(from_config + list(overrides)), None)[0]
+    return _combinations(parser.parse_overrides(from_config + list(overrides)))
+
+
+def _combinations(overrides: Sequence[Override]) -> list[list[str]]:
+    """The cross product of the overrides' values, a later override of a key replacing an earlier one
+    (the rule of Hydra's basic sweeper, written on its public override API)."""
+    by_key: dict[str, list[str]] = {}
+    for o in overrides:
+        key = o.get_key_element()
+        if o.is_sweep_override() and not o.is_discrete_sweep():
+            raise ConfigError(f"{key}: only discrete sweeps (a,b,c or choice(...)) can be submitted")
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+        by_key[key] = [f"{key}={v}" for v in values]
+    return [list(c) for c in itertools.product(*by_key.values())]
 
 
 def expand(overrides: Sequence[str]) -> tuple[list[ShardJob], dict[str, Any]]:
