@@ -29,7 +29,7 @@ demo: $(STAMP)
 	$(BIN)/apm-data synth --out $(DEMO)/release --scale small --seed 0
 	$(BIN)/apm-data validate $(DEMO)/release
 	$(BIN)/apm-data stats $(DEMO)/release
-	$(BIN)/python -m apm.backbones.tiny $(DEMO)/tiny-qwen2vl
+	$(BIN)/python -m apm.testing.tiny_models $(DEMO)/tiny-qwen2vl
 	$(DEMO_ENV) $(BIN)/apm-run -m dataset.root=$(DEMO)/release output_root=$(DEMO)/runs \
 	  memory=none,raw_video backbone=random,always_silent,oracle,tiny_qwen2vl_hf \
 	  generation.max_tokens=24 logging.progress=false

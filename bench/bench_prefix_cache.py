@@ -31,11 +31,11 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-from apm.backbones.tiny import build_tiny_qwen2vl
 from apm.data.release import load_release
 from apm.runner.app import CONF_DIR, run_async, run_dir_of
 from apm.synth import SCALES, generate
 from apm.synth.world import Scale
+from apm.testing.tiny_models import build_tiny_qwen2vl
 from apm.video.cache import build_release_cache
 
 SHAPE = Scale("paper-shaped", 1, (4,), (780, 900), 640, 360, 2, 3)

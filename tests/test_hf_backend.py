@@ -12,7 +12,7 @@ from tiny_vlm import CONF, frames_request, make_frames
 
 from apm.backbones import instantiate_backbone
 from apm.backbones.hf import HFBackbone
-from apm.backbones.tiny import build_tiny_qwen2vl
+from apm.testing.tiny_models import build_tiny_qwen2vl
 
 pytestmark = pytest.mark.slow
 

@@ -46,7 +46,7 @@ def frames_request(frames: list[Frame], text: str = "What happens?", max_tokens:
 
 def build_tiny_qwen2vl_once(path: Path) -> Path:
     """The tiny model at ``path``, built unless it is already there."""
-    from apm.backbones.tiny import build_tiny_qwen2vl
+    from apm.testing.tiny_models import build_tiny_qwen2vl
 
     if not (path / "model.safetensors").exists():
         build_tiny_qwen2vl(path)
@@ -56,6 +56,6 @@ def build_tiny_qwen2vl_once(path: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_qwen3vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random Qwen3-VL (it writes each video's frame times into its prompt), built once."""
-    from apm.backbones.tiny import build_tiny_qwen3vl
+    from apm.testing.tiny_models import build_tiny_qwen3vl
 
     return build_tiny_qwen3vl(tmp_path_factory.getbasetemp() / "tiny-qwen3vl")

@@ -1,3 +1,3 @@
-"""Test rigs, apart from the product: a fault-injecting OpenAI-compatible server and synthetic run
-directories in the record contract. Tests and benchmarks import them; the product never does
-(tests/test_architecture.py)."""
+"""Test rigs, apart from the product: a fault-injecting OpenAI-compatible server, synthetic run
+directories in the record contract and the tiny random-weight VLM builder. Tests, benchmarks and the
+demo use them; the product never imports them (tests/test_architecture.py)."""

@@ -3,7 +3,7 @@
 
 Nothing is downloaded: the model is Qwen3-VL-8B's architecture (its dimensions written into the tiny
 Qwen3-VL's config, :data:`EIGHT_B`) with vLLM's dummy weights (``--load-format dummy``: random, never
-read), the tokenizer :mod:`apm.backbones.tiny` builds, and Qwen3-VL's processor pixel budgets
+read), the tokenizer :mod:`apm.testing.tiny_models` builds, and Qwen3-VL's processor pixel budgets
 (:data:`PIXELS`). The engine settings are the ``qwen3_vl_8b`` preset's. One server (dev mode) serves
 the three methods in turn, its prefix, processor and encoder caches reset before each; each method is
 ``apm-run`` over the same probes (``dataset.limit``: task by task in turn), one at a time, and its
@@ -35,11 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_prefix_cache import SHAPE, machine, run_config, run_records, summarise  # noqa: E402
 
 from apm.backbones import instantiate_backbone  # noqa: E402
-from apm.backbones.tiny import CHAT_TEMPLATE, build_qwen3vl_config, build_qwen3vl_processor, build_tokenizer  # noqa: E402
 from apm.backbones.vllm_server import VLLMServerBackbone  # noqa: E402
 from apm.data.release import load_release  # noqa: E402
 from apm.runner.app import CONF_DIR  # noqa: E402
 from apm.synth import SCALES, generate  # noqa: E402
+from apm.testing.tiny_models import CHAT_TEMPLATE, build_qwen3vl_config, build_qwen3vl_processor, build_tokenizer  # noqa: E402
 from apm.video.cache import build_release_cache  # noqa: E402
 
 EIGHT_B = {
