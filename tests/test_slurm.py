@@ -27,7 +27,8 @@ from apm.synth import generate
 REPO = Path(__file__).resolve().parents[1]
 CI_CONF = REPO / ".ci" / ".slurm-state" / "etc" / "slurm.conf"
 PACE_S = "0.25"
-TIMING = {"latency", "shard"}
+TIMING = {"latency", "shard", "written_ns"}
+"""Fields that differ between two runs of the same work: when and where it ran, and when each line was written."""
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
