@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": {"records"},
     "video": {"data", "records"},
     "synth": {"data", "video"},
-    "backbones": {"data", "video", "records"},
+    "backbones": {"data", "video", "records", "synth"},  # synth: the pixel-perceiver reference reads its scenes
     "prompts": {"data", "video", "backbones"},
     "memory": {"data", "video", "records", "backbones", "prompts"},
     "streaming": {"data", "video", "records", "backbones", "prompts", "memory"},
