@@ -22,8 +22,9 @@ from apm.reduce.tables import write_tables
 from apm.testing import fixtures
 
 QWEN, SEED, INTERN = "Qwen3-VL-8B-Instruct", "Seed-2.0-Lite", "InternVL3.5-8B"
+PERCEIVER = "Perceiver (pixel-perceiver reference)"
 BACKBONES = {QWEN: "qwen3_vl_8b", SEED: "seed_2_0_lite", INTERN: "internvl3_5_8b", "Random": "random",
-             "Always-Silent": "always_silent", "Always-Intervene": "always_intervene"}
+             "Always-Silent": "always_silent", "Always-Intervene": "always_intervene", PERCEIVER: "perceiver"}
 MEMORIES = {"SimpleStream": "none", "Raw Video as Memory": "raw_video", "Text Summary as Memory": "text_summary",
             "BM25 Retrieval Memory": "retrieval_bm25", "Oracle Evidence": "oracle"}
 METHODS = [  # (memory, backbone), shuffled
@@ -193,6 +194,24 @@ def test_figure8_specialized_systems_with_one_simplestream(scores: pd.DataFrame)
     assert _legends(radar_figure(scores, "specialized")) == {
         "BM25 Retrieval Memory": [SIMPLESTREAM, f"BM25 Retrieval Memory · {QWEN}"],
     }
+
+
+def test_the_perceivers_ceilings_are_reference_rows_and_dotted_in_the_figures(tmp_path: Path) -> None:
+    memories = ("SimpleStream", "Raw Video as Memory", "Text Summary as Memory")
+    for i, method in enumerate((m, b) for m in memories for b in (QWEN, PERCEIVER)):
+        fixtures.synthetic_run(tmp_path / f"m{i}", _run(*method), trajectories=3, seed=40 + i)
+    assert main([str(tmp_path), "--out", str(tmp_path / "out"), "--bootstrap", "0"]) == 0
+    ceilings = [f"{m} · {PERCEIVER}" for m in memories]
+    assert list(_table(tmp_path / "out", "table4").index) == [f"{m} · {QWEN}" for m in memories] + ceilings
+    scores = read_scores(tmp_path / "out" / "scores.csv")
+    radar = radar_figure(scores, "general")
+    panels = {m: [SIMPLESTREAM, f"{m} · {QWEN}", ceilings[0], f"{m} · {PERCEIVER}"] for m in memories[1:]}
+    assert _legends(radar) == panels  # each panel: its protocol's ceiling and SimpleStream's
+    assert all(line.get_linestyle() == ":" for ax in radar.axes for line in ax.get_lines()[2:])
+    tradeoff = tradeoff_figure(scores)
+    solid, hollow = tradeoff.axes[0].collections
+    assert len(solid.get_offsets()) == 2 and len(hollow.get_offsets()) == 3  # SimpleStream, raw video; 3 ceilings
+    assert all(f"{n}. {label}" in tradeoff.axes[0].texts[-1].get_text() for n, label in enumerate(ceilings, start=3))
 
 
 def test_figures_7_and_8_are_separate_files(out: Path) -> None:

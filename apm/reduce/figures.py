@@ -1,7 +1,8 @@
 """The paper's figures from ``scores.csv``: the utility–latency–storage bubble chart (Figure 2) and
 the 12-task radar charts of general models (Figure 7) and specialized systems (Figure 8), written as
-PNG and SVG. Reference methods (baselines, oracle) are in no figure; each figure shows one
-SimpleStream method for comparison.
+PNG and SVG. Baselines and the oracle are in no figure; each figure shows one SimpleStream method for
+comparison, and a radar panel also the information ceilings (``CEILINGS``) under its protocol and
+under SimpleStream, dotted.
 
 Figures are built with matplotlib's object API (``Figure``, rendered by Agg on save): no pyplot
 state and no global backend switch, so importing this module never changes a notebook's backend.
@@ -21,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from apm.data.tasks import TASKS
-from apm.reduce.names import group_kind, human_bytes, memory_name
+from apm.reduce.names import CEILINGS, group_kind, human_bytes, memory_name
 from apm.reduce.tables import method_rows
 from apm.reduce.units import ALL
 
@@ -38,7 +39,7 @@ def _wide(scores: pd.DataFrame, cells: dict[str, tuple[str, str]]) -> pd.DataFra
         name: rows[(rows["metric"] == m) & (rows["task"] == t)].groupby("method", observed=True)["value"].last()
         for name, (m, t) in cells.items()
     }
-    names = rows.groupby("method", observed=True)[["group", "memory"]].first()
+    names = rows.groupby("method", observed=True)[["group", "memory", "memory_config", "backbone_config"]].first()
     return pd.DataFrame(out).join(names, how="left")
 
 
@@ -81,18 +82,23 @@ def _readable_log_axis(ax: Axes, values: np.ndarray) -> None:
 
 
 def tradeoff_figure(scores: pd.DataFrame) -> Figure:
-    """Figure 2: x mean TTFT (s), y Overall, bubble area storage per video hour; general models
-    under raw video memory, specialized systems and SimpleStream."""
+    """Figure 2: x mean TTFT (s), y Overall (0–100), bubble area storage per video hour; general models
+    under raw video memory, specialized systems and SimpleStream, and the information ceilings (hollow)."""
     data = _wide(scores, {"latency": ("ttft_s", ALL), "overall": ("overall", ALL),
                           "storage": ("storage_bytes_per_hour", ALL)}).dropna(subset=["latency", "overall"])
     shown = data["group"].map(lambda g: g == "raw_video" or group_kind(g) == "specialized").astype(bool)
-    data = pd.concat([_simplestream(data), data[shown]])
+    ceilings = data[data["backbone_config"].isin(CEILINGS)]
+    data = pd.concat([_simplestream(data), data[shown], ceilings])
     if data.empty:
         return Figure()
     fig = Figure(figsize=(11, 5.5), dpi=DPI)
     ax = fig.subplots()
     latency, storage = data["latency"].to_numpy(float), data["storage"].to_numpy(float)
-    ax.scatter(latency, data["overall"], s=bubble_areas(storage), alpha=0.5, edgecolors="black", linewidths=0.6)
+    areas, hollow = bubble_areas(storage), data.index.isin(ceilings.index)
+    overall = data["overall"].to_numpy(float)
+    ax.scatter(latency[~hollow], overall[~hollow], s=areas[~hollow], alpha=0.5, edgecolors="black", linewidths=0.6)
+    ax.scatter(latency[hollow], overall[hollow], s=areas[hollow], facecolors="none", edgecolors="tab:red",
+               linewidths=1.2, linestyles=":")
     keys = []  # methods are numbered on the plot and named in the key beside it, so labels never collide
     for number, ((label, row), s) in enumerate(zip(data.iterrows(), storage), start=1):
         ax.annotate(str(number), (row["latency"], row["overall"]), fontsize=7, ha="center", va="center")
@@ -100,6 +106,8 @@ def tradeoff_figure(scores: pd.DataFrame) -> Figure:
     ax.text(1.02, 1.0, "\n".join(keys), transform=ax.transAxes, fontsize=6.5, va="top", ha="left")
     if spans_decades(latency):
         _readable_log_axis(ax, latency)
+    ax.margins(x=0.12)  # room for the bubbles at the ends of the axis
+    ax.set_ylim(-10, 110)
     ax.set_xlabel("Latency: mean time to first token (s)")
     ax.set_ylabel("Overall score")
     ax.set_title("Utility–latency–storage trade-off (bubble area: storage per video hour)")
@@ -116,6 +124,7 @@ def radar_figure(scores: pd.DataFrame, kind: str = "general") -> Figure:
     if not groups:
         return Figure()
     simplestream = _simplestream(data)
+    ceilings = data[data["backbone_config"].isin(CEILINGS)]
     angles = np.linspace(0, 2 * np.pi, len(TASKS), endpoint=False)
     closed = np.append(angles, angles[0])
     cols = min(3, len(groups))
@@ -123,10 +132,11 @@ def radar_figure(scores: pd.DataFrame, kind: str = "general") -> Figure:
     fig = Figure(figsize=(5.5 * cols, 6.2 * rows), dpi=DPI)
     axes = fig.subplots(rows, cols, subplot_kw={"projection": "polar"}, squeeze=False)
     for ax, group in zip(axes.flat, groups):
-        for label, row in pd.concat([simplestream, data[data["group"] == group]]).iterrows():
+        ceiling = ceilings[ceilings["memory_config"].isin(["none", group])]
+        for label, row in pd.concat([simplestream, data[data["group"] == group], ceiling]).iterrows():
             values = row[list(TASKS)].to_numpy(float)
-            dashed = row["group"] == "none"  # SimpleStream: the same reference line in every panel
-            ax.plot(closed, np.append(values, values[0]), "--" if dashed else "-", linewidth=1.2, label=label)
+            style = ":" if label in ceiling.index else "--" if row["group"] == "none" else "-"  # SimpleStream dashed
+            ax.plot(closed, np.append(values, values[0]), style, linewidth=1.2, label=label)
             ax.fill(closed, np.append(values, values[0]), alpha=0.05)
         ax.set_theta_offset(np.pi / 2)
         ax.set_theta_direction(-1)

@@ -16,8 +16,13 @@ REFERENCE = {
     "always_silent": "baseline",
     "always_intervene": "baseline",
     "oracle": "oracle upper bound",
+    "perceiver": "pixel-perceiver reference",
 }
 """Reference methods (as backbone or memory), in their row order, and the tag the tables give them."""
+
+CEILINGS = ("perceiver",)
+"""Reference backbones whose score under a protocol is that protocol's information ceiling (they read
+only what the request shows): the radar figures draw them, dotted, in their protocol's panel."""
 
 MEMORY_ORDER = ("none", "raw_video", "text_summary")
 """Memory configs in the paper's row order (Tables 3 and 4); other systems follow, then references."""
