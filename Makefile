@@ -21,25 +21,33 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# The main job end to end on the embedded default: synthesise the `small` release, sweep
-# memory x backbone, judge, reduce, print Tables 3 and 4 and write the figures.
+# The main job end to end on the embedded default: synthesise the `small` release; run the
+# pixel-perceiver reference (the information ceiling of what each protocol shows) under SimpleStream,
+# raw video and a text summary it writes itself, beside the tiny random-weight VLM (the real engine
+# path, on the first 4 instances of each task) and the baselines; judge, reduce, print Tables 3 and 4,
+# write the figures and the instance viewer, publish offline W&B runs from the records.
 DEMO_ENV := APM_CACHE_DIR=$(DEMO)/cache APM_TINY_MODEL=$(DEMO)/tiny-qwen2vl WANDB_DIR=$(DEMO) WANDB_SILENT=true
+DEMO_RUN := $(DEMO_ENV) $(BIN)/apm-run -m dataset.root=$(DEMO)/release output_root=$(DEMO)/runs logging.progress=false \
+  logging.wandb.mode=disabled
+DEMO_SUMMARY := memory=text_summary memory.max_tokens=160 +backbone@writer=perceiver
 demo: $(STAMP)
 	rm -rf $(DEMO)
 	$(BIN)/apm-data synth --out $(DEMO)/release --scale small --seed 0
 	$(BIN)/apm-data validate $(DEMO)/release
 	$(BIN)/apm-data stats $(DEMO)/release
 	$(BIN)/python -m apm.testing.tiny_models $(DEMO)/tiny-qwen2vl
-	$(DEMO_ENV) $(BIN)/apm-run -m dataset.root=$(DEMO)/release output_root=$(DEMO)/runs \
-	  memory=none,raw_video backbone=random,always_silent,oracle,tiny_qwen2vl_hf \
-	  generation.max_tokens=24 logging.progress=false
-	$(DEMO_ENV) $(BIN)/apm-run -m dataset.root=$(DEMO)/release output_root=$(DEMO)/runs \
-	  memory=text_summary memory.max_tokens=96 +backbone@writer=tiny_qwen2vl_hf \
-	  backbone=random,always_silent,oracle,tiny_qwen2vl_hf generation.max_tokens=24 logging.progress=false
+	$(DEMO_RUN) memory=none,raw_video backbone=perceiver
+	$(DEMO_RUN) $(DEMO_SUMMARY) backbone=perceiver
+	$(DEMO_RUN) memory=none backbone=random,always_silent,oracle
+	$(DEMO_RUN) memory=none,raw_video backbone=tiny_qwen2vl_hf dataset.limit=52 generation.max_tokens=24
+	$(DEMO_RUN) $(DEMO_SUMMARY) backbone=tiny_qwen2vl_hf dataset.limit=52 generation.max_tokens=24
 	$(BIN)/apm-judge $(DEMO)/runs/*/*/* judge=gate_only
 	$(BIN)/apm-reduce $(DEMO)/runs/*/*/* --out $(DEMO)/report
+	$(DEMO_ENV) $(BIN)/apm-publish $(DEMO)/runs --mode offline --dir $(DEMO) > $(DEMO)/publish.log
+	$(BIN)/apm-view $(DEMO)/runs --out $(DEMO)/site
 	@cat $(DEMO)/report/tables/table3.md; echo; cat $(DEMO)/report/tables/table4.md
-	@echo; echo "figures: $(DEMO)/report/figures  scores: $(DEMO)/report/scores.csv  W&B (offline): $(DEMO)/runs/*/*/*/wandb"
+	@echo; echo "figures: $(DEMO)/report/figures  scores: $(DEMO)/report/scores.csv"
+	@echo "viewer: $(DEMO)/site/index.html  W&B (offline; each reduce run's summary holds the metrics): $(DEMO)/wandb, listed in $(DEMO)/publish.log"
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache
