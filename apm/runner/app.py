@@ -41,6 +41,7 @@ from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.errors import hold, hydra_guarded
 from apm.prompts import PROMPT_VERSION
+from apm.records.atomic import write_json_atomically
 from apm.records.redact import ENV_NAME, redact_data, redact_logging, register_env_secrets
 from apm.runner import ledger, manifest
 from apm.runner.config import ConfigError, check_arguments, config_hash, method_identity, register, run_name
@@ -83,7 +84,7 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     resolved["dataset"]["root"] = str(Path(cfg.dataset.root).expanduser().resolve())
     saved = {"config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
              "config": resolved}
-    manifest.write_json_atomic(run_dir / "config.json", saved)
+    write_json_atomically(run_dir / "config.json", saved)
 
 
 @dataclass(frozen=True)

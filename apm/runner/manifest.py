@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import apm
+from apm.records.atomic import write_json_atomically
 from apm.records.redact import redact_data
 
 MANIFEST = "manifest.json"
@@ -35,7 +36,7 @@ def job_started(folder: Path, identity: dict[str, Any]) -> dict[str, Any]:
     """Write and return the manifest of a job starting now: provenance, ``identity``, no end yet."""
     manifest = {**provenance(), **identity, "started_at": _now(), "ended_at": None, "status": "running",
                 "error": None}
-    write_json_atomic(folder / MANIFEST, manifest)
+    write_json_atomically(folder / MANIFEST, manifest)
     return manifest
 
 
@@ -43,20 +44,13 @@ def job_ended(folder: Path, manifest: dict[str, Any], error: BaseException | Non
     """Rewrite the manifest with ``ended_at`` and the exit status (``finished`` or ``interrupted``)."""
     status = {"status": "finished" if error is None else "interrupted",
               "error": None if error is None else type(error).__name__}
-    write_json_atomic(folder / MANIFEST, manifest | {"ended_at": _now()} | status)
+    write_json_atomically(folder / MANIFEST, manifest | {"ended_at": _now()} | status)
 
 
 def read_manifests(run_dir: Path) -> list[dict[str, Any]]:
     """Every job manifest of a run directory, in shard-folder name order."""
     return [json.loads(p.read_text()) for p in sorted(Path(run_dir).glob(f"jobs/*/{MANIFEST}"))]
 
-
-def write_json_atomic(path: Path, value: Any) -> None:
-    """Write JSON so a reader sees the old file or the new one, never a torn mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, indent=2))
-    os.replace(tmp, path)
 
 
 def provenance() -> dict[str, Any]:
