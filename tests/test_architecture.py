@@ -18,7 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "records": {"data"},
     "errors": {"records"},
     "video": {"data", "records"},
-    "synth": {"data", "video"},
+    "synth": {"data", "records", "video"},
     "backbones": {"data", "video", "records", "synth"},  # synth: the pixel-perceiver reference reads its scenes
     "prompts": {"data", "video", "backbones"},
     "memory": {"data", "video", "records", "backbones", "prompts"},

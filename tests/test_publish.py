@@ -32,6 +32,8 @@ from apm.publish.cli import main as publish_main
 from apm.publish.instances import checkpoint, probe_point
 from apm.publish.thumbnails import GAP, HEIGHT, MAX_THUMBNAILS, spread
 from apm.publish.wandb_runs import parts, run_id
+from apm.records.atomic import MARKER, OUTPUT_LOCK
+from apm.records.lock import WriterLock
 from apm.reduce.cli import main as reduce_main
 from apm.synth import generate
 
@@ -328,3 +330,66 @@ def test_a_killed_and_resumed_shard_loses_no_row(release, tmp_path, wandb_env):
     (p, *_) = publish([run_dir], PublishOptions(bootstrap=0))
     rows = read_offline(p.folder).tables["instances/part0"]
     assert len(keys) == 144 and sorted(r["key"] for r in rows) == sorted(keys)
+
+
+def _publish_proc(run_dir: Path) -> subprocess.Popen:
+    """``apm-publish RUN_DIR`` as a user starts it, in its own process group (a kill takes its W&B service)."""
+    return subprocess.Popen([sys.executable, "-m", "apm.publish.cli", str(run_dir), "--bootstrap", "0", "--mode",
+                             "offline"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _syncable(publish_dir: Path) -> dict[str, Offline]:
+    """The offline folders under ``publish_dir``, each read back as ``wandb sync`` would: run id → run."""
+    runs = [read_offline(f) for f in offline_folders(publish_dir)]
+    return {r.run_id: r for r in runs}
+
+
+@pytest.mark.slow
+def test_concurrent_publishes_serialise_or_refuse_and_leave_every_run_syncable(sweep, tmp_path):
+    run_dir = _copy_run(sweep, tmp_path)
+    procs = [_publish_proc(run_dir) for _ in range(2)]
+    outs = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    won = [out for status, out, _ in outs if status == 0]
+    refused = [err for status, _, err in outs if status != 0]
+    assert won and len(won) + len(refused) == 2, outs
+    assert all(err.count("\n") == 1 and "another apm-publish is writing it" in err for err in refused), refused
+    runs = _syncable(run_dir / "publish")
+    assert len(runs) == 3 and {r.job_type for r in runs.values()} == {"run", "judge", "reduce"}
+    printed = [{Path(line.split()[-1]) for line in out.splitlines()} for out in won]
+    assert {r.folder for r in runs.values()} in printed  # what the last publish printed is what is left
+
+    lock = WriterLock(run_dir / "publish" / OUTPUT_LOCK, {"host": "h", "pid": 1, "since": "now"})
+    with lock:  # a publish that is surely concurrent: refused in one line, nothing touched
+        busy = _publish_proc(run_dir)
+        _, err = busy.communicate(timeout=300)
+    assert busy.returncode == 2 and err.strip().endswith("another apm-publish is writing it (host h pid 1 since now)")
+    assert _syncable(run_dir / "publish") == runs
+
+
+@pytest.mark.slow
+def test_a_killed_publish_leaves_each_run_whole_and_the_next_cleans_its_litter(sweep, tmp_path):
+    run_dir = _copy_run(sweep, tmp_path)
+    publish([run_dir], PublishOptions(bootstrap=0))
+    before = offline_folders(run_dir / "publish")
+    time.sleep(1.1)  # a new second: the killed publish's folders are named apart
+    killed = _publish_proc(run_dir)
+    deadline = time.time() + 120
+    while not set(offline_folders(run_dir / "publish")) - set(before):
+        assert killed.poll() is None and time.time() < deadline, "the publish ended before it could be killed"
+        time.sleep(0.02)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=60)
+
+    marker = json.loads((run_dir / "publish" / MARKER).read_text())
+    listed = {run_dir / "publish" / "wandb" / name for name in marker["runs"].values()}
+    litter = set(offline_folders(run_dir / "publish")) - listed
+    assert litter and len(listed) == 3  # a torn folder, and still one complete folder of each id
+    assert {read_offline(f).run_id for f in listed} == set(marker["runs"])
+
+    again = _publish_proc(run_dir)
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out
+    runs = _syncable(run_dir / "publish")
+    assert len(runs) == 3 and not litter & set(offline_folders(run_dir / "publish"))
+    assert {r.folder for r in runs.values()} == {Path(line.split()[-1]) for line in out.splitlines()}

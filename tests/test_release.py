@@ -149,6 +149,11 @@ BAD_INPUTS = {
         "ea_candidates.jsonl:1: evidence_available: is false, "
         "but the evidence is within the 2 sessions before DAY2/S004",
     ),
+    "EA built from a candidate that is not there": (
+        _set(("ea", 0, "original_candidate_id"), "c-gone"),
+        "ea_candidates.jsonl:1: original_candidate_id: names no candidate of candidates.jsonl: "
+        "'c-gone' is missing",
+    ),
     "window start >= end": (
         _set((C, 4, "ideal_response_window", "end_time"), "09:00:10"),
         "candidates.jsonl:5: ideal_response_window.start_time: start 09:00:10 is not before end 09:00:10",

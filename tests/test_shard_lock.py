@@ -84,7 +84,7 @@ def test_a_lock_left_by_a_killed_job_is_taken_over(tiny, tmp_path):
                                                                     "dataset.tasks=[ER]"])
     lock = run_dir_of(cfg) / "locks" / "shard-0-of-1.lock"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from apm.runner.lock import WriterLock;"
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from apm.records.lock import WriterLock;"
          "lock = WriterLock(Path(sys.argv[1]), {'host': 'elsewhere', 'pid': 1}).acquire();"
          "print('held', flush=True); time.sleep(600)", str(lock)],
         cwd=REPO, stdout=subprocess.PIPE, text=True)
@@ -98,7 +98,7 @@ def test_a_lock_left_by_a_killed_job_is_taken_over(tiny, tmp_path):
 
 
 def test_a_held_lock_is_refused_at_once_or_waited_for(tmp_path):
-    from apm.runner.lock import LockHeld, WriterLock
+    from apm.records.lock import LockHeld, WriterLock
 
     path = tmp_path / "locks" / "x.lock"
     with WriterLock(path, {"host": "h1", "pid": 11}):
@@ -150,7 +150,7 @@ def test_a_refused_job_leaves_no_trace_and_the_lock_is_reentrant(tiny, tmp_path)
     lock = run_dir / "locks" / "shard-0-of-1.lock"
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p != lock}
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from apm.runner.lock import WriterLock;"
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from apm.records.lock import WriterLock;"
          "lock = WriterLock(Path(sys.argv[1]), {'host': 'elsewhere', 'pid': 1}).acquire();"
          "print('held', flush=True); time.sleep(600)", str(lock)],
         cwd=REPO, stdout=subprocess.PIPE, text=True)

@@ -15,6 +15,7 @@ from apm.data import clock
 from apm.data.instances import candidate_instances
 from apm.data.model import Candidate, Session, Trajectory
 from apm.data.tasks import ADAPTIVE, MCQA_TASKS, TASKS
+from apm.records.atomic import OutputRefused
 from apm.synth import generate, read_scene, read_sign, state_at
 from apm.synth import writer as synth_writer
 from apm.synth.world import ACTIONS, WORDS, ZONE_PLACES, ZONE_RELATIVE, ZONES
@@ -148,7 +149,7 @@ def test_refuses_non_empty_out_and_leaves_nothing_when_interrupted(
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("x")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(OutputRefused, match="did not write it"):
         generate(busy, SEED, "tiny")
     assert [p.name for p in busy.iterdir()] == ["keep.txt"]
 

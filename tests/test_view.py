@@ -134,6 +134,29 @@ def test_a_missing_run_dir_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest
     assert err.count("\n") == 0 and "nope" in err and not (tmp_path / "site").exists()
 
 
+def test_the_site_embeds_no_absolute_path(built: dict[str, Any]) -> None:
+    site, where = built["site"], str(built["site"].parent)
+    assert all(d.startswith("runs/") for m in page_data(site)["methods"] for d in m["run_dirs"])
+    for path in [*site.glob("*.js"), *site.glob("chunks/*.js"), site / "index.html"]:
+        assert where not in path.read_text(encoding="utf-8"), path.name
+
+
+def test_a_run_whose_release_changed_is_refused(built: dict[str, Any], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    saved = json.loads((built["dirs"][0] / "config.json").read_text())
+    release = shutil.copytree(saved["config"]["dataset"]["root"], tmp_path / "rel")
+    run_dir = shutil.copytree(built["dirs"][0], tmp_path / "runs" / "one")
+    saved["config"]["dataset"]["root"] = str(release)
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    assert view([str(run_dir), "--out", str(tmp_path / "site")]) == 0  # the same release elsewhere: fine
+    (release / "candidates.jsonl").write_text((release / "candidates.jsonl").read_text().replace("?", "??", 1))
+    capsys.readouterr()
+    assert view([str(run_dir), "--out", str(tmp_path / "site2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "one: the release at dataset.root changed since the run" in err, err
+    assert not (tmp_path / "site2").exists()
+
+
 def test_view_imports_only_the_layers_below_it() -> None:
     """apm.view reads records, data, scores and the frame cache; it never imports the runner."""
     allowed = ("apm.records", "apm.data", "apm.reduce", "apm.video.cache", "apm.view")

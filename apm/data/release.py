@@ -17,7 +17,14 @@ from apm.data.model import Candidate, Release, Session, Trajectory
 from apm.data.problems import Problems, ReleaseError
 from apm.data.shapes import TRAJECTORY, List, Obj
 from apm.data.tasks import EA, TASKS
-from apm.data.validate import Located, check_candidate, check_candidate_ids, day_problem, video_path_problem
+from apm.data.validate import (
+    Located,
+    check_candidate,
+    check_candidate_ids,
+    check_original,
+    day_problem,
+    video_path_problem,
+)
 from apm.data.videoprobe import video_duration
 
 TRAJECTORIES = "trajectories.json"
@@ -35,9 +42,10 @@ def load_release(root: Path | str, check_videos: bool = True) -> Release:
     problems = Problems()
     trajectories, refused = _load_trajectories(root, problems, check_videos)
     by_id = {t.trajectory_id: t for t in trajectories}
-    candidates = list(_load_candidates(root, CANDIDATES, by_id, refused, problems))
+    originals: dict[str, str] = {}
+    candidates = list(_load_candidates(root, CANDIDATES, by_id, refused, problems, originals))
     has_ea = (root / EA_CANDIDATES).exists()
-    ea = list(_load_candidates(root, EA_CANDIDATES, by_id, refused, problems)) if has_ea else []
+    ea = list(_load_candidates(root, EA_CANDIDATES, by_id, refused, problems, originals)) if has_ea else []
     if problems:
         raise ReleaseError(str(root), problems)
     return Release(root, tuple(trajectories), tuple(candidates), tuple(ea))
@@ -170,11 +178,17 @@ def _jsonl(root: Path, name: str, problems: Problems) -> Iterator[Located]:
 
 
 def _load_candidates(
-    root: Path, name: str, trajectories: dict[str, Trajectory], refused: set[str], problems: Problems
+    root: Path, name: str, trajectories: dict[str, Trajectory], refused: set[str], problems: Problems,
+    originals: dict[str, str],
 ) -> Iterator[Candidate]:
+    """The valid candidates of ``name``. ``candidates.jsonl`` fills ``originals`` (candidate id →
+    trajectory id of every line naming both, valid or not: an invalid one is reported at its own line);
+    an EA candidate is checked against it for the candidate it was built from."""
     seen: Seen = {}
     for loc in _jsonl(root, name, problems):
         raw = loc.value
+        if name == CANDIDATES and all(isinstance(raw.get(k), str) for k in ("candidate_id", "trajectory_id")):
+            originals.setdefault(raw["candidate_id"], raw["trajectory_id"])
         task = EA if name == EA_CANDIDATES else raw.get("task_type")
         if task not in TASKS and task != EA:
             loc.error(("task_type",), f"unknown task type {task!r} (expected one of {' '.join(TASKS)})")
@@ -190,6 +204,8 @@ def _load_candidates(
             continue
         before = len(problems.items)
         check_candidate(loc, task, trajectories[tid])
+        if name == EA_CANDIDATES:
+            check_original(loc, originals)
         if len(problems.items) == before:
             yield Candidate(task, tid, cid, raw, f"{name}:{loc.line(())}")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from pathlib import PurePosixPath
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from apm.data import clock
 from apm.data.ids import has_control, id_problem
@@ -257,6 +257,16 @@ def _check_ea(loc: Located, c: Candidate, traj: Trajectory) -> None:
     if f["evidence_moments"] and within != f["evidence_available"]:
         where = f"{'' if within else 'not '}within the {EA_HISTORY_SESSIONS} sessions before {query}"
         loc.error(("evidence_available",), f"is {str(f['evidence_available']).lower()}, but the evidence is {where}")
+
+
+def check_original(loc: Located, originals: Mapping[str, str]) -> None:
+    """An EA candidate's ``original_candidate_id`` (when given) names a candidate of
+    ``candidates.jsonl`` (``originals``: id → trajectory id) in the EA candidate's own trajectory."""
+    original, trajectory = loc.value.get("original_candidate_id"), loc.value["trajectory_id"]
+    if original is None or originals.get(original) == trajectory:
+        return
+    where = f"of trajectory {originals[original]!r}, not {trajectory!r}" if original in originals else "missing"
+    loc.error(("original_candidate_id",), f"names no candidate of candidates.jsonl: {original!r} is {where}")
 
 
 def check_candidate_ids(loc: Located) -> bool:

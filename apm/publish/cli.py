@@ -20,7 +20,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--group", help="the sweep (default: each run dir's output root name)")
     p.add_argument("--mode", default=os.environ.get("WANDB_MODE", "offline"), choices=["offline", "online"],
                    help="default: $WANDB_MODE, else offline (then wandb sync)")
-    p.add_argument("--dir", type=Path, help="offline runs go to DIR/wandb (default: RUN_DIR/publish/wandb)")
+    p.add_argument("--dir", type=Path,
+                   help="offline runs go to DIR/wandb (default: RUN_DIR/publish/wandb); DIR must be new, "
+                        "empty or an earlier apm-publish folder")
     p.add_argument("--judge", help="prefer judgements by this judge (as apm-reduce)")
     p.add_argument("--rubric", help="prefer judgements with this rubric version")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")

@@ -17,7 +17,7 @@ import os
 import shutil
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,11 +38,16 @@ from apm.publish.instances import (
 )
 from apm.publish.source import Method, default_group, read_methods, run_dirs
 from apm.publish.thumbnails import Strip, Thumbnails
+from apm.records.atomic import OUTPUT_LOCK, OutputRefused, claim_output, read_marker, write_marker
+from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
 from apm.reduce.scores import SCORE_COLUMNS
 from apm.video.cache import FrameCache
 
 Rows = list[list[Any]]
 Tables = dict[str, tuple[Sequence[str], Rows]]
+PROG = "apm-publish"
+ENTRIES = ("wandb",)
+"""What ``apm-publish`` writes into its folder (besides its marker and lock)."""
 MAX_ROWS = 10_000
 """wandb.Table silently truncates past this many rows: longer tables are logged in parts."""
 
@@ -134,11 +139,50 @@ def staging_in(folder: Path | None) -> Iterator[None]:
             os.environ["WANDB_DATA_DIR"] = before
 
 
-def supersede(keep: Path, run: str) -> None:
-    """Delete the other offline folders of run id ``run`` beside ``keep`` (earlier publishes of it)."""
-    for folder in keep.parent.glob("offline-run-*"):
-        if folder != keep and (folder / f"run-{run}.wandb").exists():
-            shutil.rmtree(folder)
+@dataclass
+class PublishFolder:
+    """A publish folder this publish holds: the complete offline folder of each run id, as its marker
+    lists them (``runs``: run id → folder name under ``wandb/``)."""
+
+    path: Path
+    current: dict[str, str]
+
+    def commit(self, published: Published) -> None:
+        """Make ``published``'s folder the one of its id — the marker first (atomically), then the
+        folder it replaces is deleted: a kill in between leaves either the old run or the new one."""
+        if published.folder is None:
+            return
+        replaced = self.current.get(published.run_id)
+        self.current[published.run_id] = published.folder.name
+        write_marker(self.path, PROG, ENTRIES, runs=self.current)
+        if replaced not in (None, published.folder.name):
+            shutil.rmtree(published.folder.parent / replaced, ignore_errors=True)
+
+
+@contextmanager
+def holding(directory: Path) -> Iterator[PublishFolder]:
+    """``directory`` (new, empty or an earlier publish's, :func:`claim_output`) held by this publish
+    alone — another publish of it is refused (:class:`OutputRefused`) — with the offline folders that
+    no completed publish listed (a killed publish's) deleted first."""
+    path = claim_output(directory, PROG)
+    path.mkdir(parents=True, exist_ok=True)
+    lock = WriterLock(path / OUTPUT_LOCK, this_process())
+    try:
+        lock.acquire()
+    except LockHeld as held:
+        raise OutputRefused(f"refusing --dir {directory}: another apm-publish is writing it "
+                            f"({holder_line(held.holder)})") from None
+    try:
+        claim_output(directory, PROG)
+        marker = read_marker(path) or {}
+        current = {str(k): str(v) for k, v in (marker.get("runs") or {}).items()}
+        write_marker(path, PROG, ENTRIES, runs=current)
+        for litter in (path / "wandb").glob("offline-run-*"):
+            if litter.name not in current.values():
+                shutil.rmtree(litter, ignore_errors=True)
+        yield PublishFolder(path, current)
+    finally:
+        lock.release()
 
 
 def _cell(wandb: Any, value: Any) -> Any:
@@ -146,7 +190,7 @@ def _cell(wandb: Any, value: Any) -> Any:
 
 
 def write_run(spec: RunSpec, project: str, entity: str | None = None, mode: str = "offline") -> Published:
-    """Write one W&B run, everything in its summary; offline, supersede earlier folders of its id."""
+    """Write one W&B run, everything in its summary (offline: into a fresh folder)."""
     wandb = importlib.import_module("wandb")
     if spec.directory is not None:
         spec.directory.mkdir(parents=True, exist_ok=True)
@@ -164,8 +208,6 @@ def write_run(spec: RunSpec, project: str, entity: str | None = None, mode: str 
             run.summary[key] = wandb.Image(str(path))
         run.summary.update(spec.summary)
         run.finish()
-    if folder is not None:
-        supersede(folder, spec.run_id)
     return Published(spec.run_id, spec.job_type, spec.name, folder)
 
 
@@ -195,13 +237,19 @@ def thumbnails_of(m: Method, release: Release | None, cache_dir: str | None) -> 
     return Thumbnails(cache, videos)
 
 
-def method_runs(m: Method, opts: PublishOptions, releases: dict[str, Release | None]) -> list[RunSpec]:
-    """The W&B runs of one method: ``run`` and ``reduce``, and ``judge`` when it has judgements."""
+def publish_dir(m: Method, opts: PublishOptions) -> Path:
+    """Where the method's runs go: ``--dir``, else ``<run dir>/publish``."""
+    return opts.directory or m.run_dir / "publish"
+
+
+def method_runs(m: Method, opts: PublishOptions, releases: dict[str, Release | None], directory: Path) -> list[RunSpec]:
+    """The W&B runs of one method, into ``directory``: ``run`` and ``reduce``, and ``judge`` when it has
+    judgements."""
     group, config = opts.group or default_group(m.run_dir), method_config(m)
     release = release_of(m, releases)
     thumbs = thumbnails_of(m, release, opts.cache_dir)
     common = {"name": config["method"], "group": group, "config": config, "tags": method_tags(config),
-              "directory": opts.directory or m.run_dir / "publish"}
+              "directory": directory}
     instances = instance_rows(m, candidates_of(release), thumbs, opts.all_frames)
     shown = sum(row[COLUMNS.index("frames")] is not None for row in instances)
     specs = [RunSpec(run_id(group, m.config_hash, "run"), job_type="run",
@@ -218,12 +266,23 @@ def method_runs(m: Method, opts: PublishOptions, releases: dict[str, Release | N
 
 
 def publish(paths: Iterable[str | Path], opts: PublishOptions) -> list[Published]:
-    """Publish every method found at or below ``paths``; a config hash in two run dirs is refused
-    before anything is written (their W&B runs would overwrite each other)."""
+    """Publish every method found at or below ``paths``, holding each publish folder (:func:`holding`)
+    throughout; a config hash in two run dirs is refused before anything is written (their W&B runs
+    would overwrite each other)."""
+    if opts.directory is not None:
+        claim_output(opts.directory, PROG)  # before the records are read: a refusal comes at once
     methods = [m for d in run_dirs(paths) for m in read_methods(d, opts.judge, opts.rubric, opts.seed, opts.bootstrap)]
     homes: dict[str, Path] = {}
     for m in methods:
         if homes.setdefault(m.config_hash, m.run_dir) != m.run_dir:
             raise ValueError(f"config {m.config_hash} is in two run dirs: {homes[m.config_hash]} and {m.run_dir}")
     releases: dict[str, Release | None] = {}
-    return [write_run(s, opts.project, opts.entity, opts.mode) for m in methods for s in method_runs(m, opts, releases)]
+    published = []
+    with ExitStack() as stack:
+        held = {d: stack.enter_context(holding(d)) for d in sorted({publish_dir(m, opts) for m in methods})}
+        for m in methods:
+            folder = held[publish_dir(m, opts)]
+            for spec in method_runs(m, opts, releases, folder.path):
+                published.append(write_run(spec, opts.project, opts.entity, opts.mode))
+                folder.commit(published[-1])
+    return published

@@ -8,7 +8,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -62,3 +62,93 @@ def staged_folder(target: Path) -> Iterator[Path]:
     os.replace(staging, target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+MARKER = ".apm-output.json"
+"""The file by which a command knows a folder as its own output: ``{"command", "entries", …}``."""
+OUTPUT_LOCK = ".apm-output.lock"
+"""The lock file of a command that writes into its folder in place (``apm-publish``)."""
+
+
+class OutputRefused(ValueError):
+    """An ``--out`` the command may not write: something it did not write would be replaced."""
+
+
+def read_marker(folder: Path) -> dict[str, Any] | None:
+    """The folder's output marker, None when it has none (or a damaged one: not proof of ownership)."""
+    try:
+        marker = json.loads((folder / MARKER).read_bytes())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(marker, dict) and isinstance(marker.get("command"), str) and isinstance(marker.get("entries"), list)
+    return marker if ok else None
+
+
+def claim_output(target: str | os.PathLike[str], command: str) -> Path:
+    """``target`` resolved, if ``command`` may write it: a new or empty folder, or one whose marker says
+    ``command`` wrote it and which holds nothing else; otherwise :class:`OutputRefused` saying why."""
+    path = Path(target).expanduser().resolve()
+    problem = _ownership_problem(path, command)
+    if problem is not None:
+        raise OutputRefused(f"refusing --out {target}: {problem}")
+    return path
+
+
+def _ownership_problem(path: Path, command: str) -> str | None:
+    if path == Path(path.anchor):
+        return "it is the file system root"
+    if path == Path.cwd() or path in Path.cwd().parents:
+        return "it is the working directory or a folder above it; give a folder of its own"
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        return "it is a file, not a folder"
+    entries = {p.name for p in path.iterdir()} - {OUTPUT_LOCK}
+    if not entries:
+        return None
+    marker = read_marker(path)
+    if marker is None:
+        return f"it is not empty and {command} did not write it (no {MARKER}); give a new or empty folder"
+    if marker["command"] != command:
+        return f"it holds the output of {marker['command']}, not of {command}"
+    foreign = sorted(entries - {MARKER, *marker["entries"]})
+    if foreign:
+        return f"it holds {len(foreign)} entries {command} did not write ({', '.join(foreign[:3])}); move them first"
+    return None
+
+
+def write_marker(folder: Path, command: str, entries: Iterable[str], **extra: Any) -> None:
+    """Mark ``folder`` as ``command``'s output holding ``entries`` (top-level names), atomically."""
+    write_json_atomically(folder / MARKER, {"command": command, "entries": sorted(set(entries)), **extra})
+
+
+@contextmanager
+def replaced_output(target: str | os.PathLike[str], command: str, later: Sequence[str] = ()) -> Iterator[Path]:
+    """A staging folder for ``command``'s whole output at ``target`` (checked by :func:`claim_output`
+    first and again at the swap); on success it is marked as ``command``'s — with the ``later`` names
+    the command adds after the swap — and replaces ``target`` atomically (:func:`staged_folder`)."""
+    path = claim_output(target, command)
+    with staged_folder(path) as stage:
+        yield stage
+        write_marker(stage, command, [*(p.name for p in stage.iterdir()), *later])
+        claim_output(target, command)
+
+
+@contextmanager
+def new_file(target: str | os.PathLike[str], command: str) -> Iterator[Path]:
+    """A temporary path to write ``command``'s output file into; on success it becomes ``target``, which
+    must not exist — before or at the end (:class:`OutputRefused`): a file cannot say who wrote it."""
+    path = Path(target).expanduser().resolve()
+    refused = OutputRefused(f"refusing {target}: it exists; {command} writes only a new file")
+    if path.exists() or path.is_symlink():
+        raise refused
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(path)
+    try:
+        yield tmp
+        try:
+            os.link(tmp, path)  # never over a file that appeared meanwhile
+        except FileExistsError:
+            raise refused from None
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from apm.publish.report import log_summary
 from apm.publish.source import default_group, run_dirs
 from apm.publish.wandb_runs import PublishOptions, publish
-from apm.records.atomic import staged_folder, write_json_atomically
+from apm.records.atomic import OutputRefused, claim_output, replaced_output, write_json_atomically
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
 from apm.reduce.load import RunSet, load_runs
@@ -21,11 +21,14 @@ from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import judge_note, read_scores, score_table, unjudged_probes
 from apm.reduce.tables import write_tables
 
+PROG = "apm-reduce"
+
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="apm-reduce", description=__doc__)
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__)
     p.add_argument("runs", nargs="*", type=Path, metavar="RUN_DIR", help="run dirs, or folders above them")
-    p.add_argument("--out", type=Path, required=True, help="output folder")
+    p.add_argument("--out", type=Path, required=True,
+                   help="report folder: new, empty, or an earlier apm-reduce report (replaced whole)")
     p.add_argument("--judge", help="prefer judgements by this judge model")
     p.add_argument("--rubric", help="prefer judgements with this rubric version")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -92,16 +95,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser().error("give RUN_DIR(s), --compare RUN_A RUN_B, or both")
     started = time.perf_counter()
     try:
+        claim_output(args.out, PROG)
         runs = load_runs(args.runs, args.judge, args.rubric) if args.runs else None
         unjudged = unjudged_probes(runs.records, runs.judgements) if runs is not None else 0
         if unjudged and not args.allow_unjudged:
             print(f"apm-reduce: {unjudged} gate-passing adaptive probe(s) have no judgement; run apm-judge on "
                   "these run dirs first (or pass --allow-unjudged to show – for the affected scores)", file=sys.stderr)
             return 2
-        with staged_folder(args.out) as out:  # a kill or a full disk leaves the previous report, whole
+        with replaced_output(args.out, PROG, later=["wandb"]) as out:  # a kill or a full disk: the previous report
             said = _report(args, runs, out)
         if args.wandb and runs is not None:  # after the swap: offline W&B folders must stay where written
             said += _wandb(args)
+    except OutputRefused as e:
+        print(f"apm-reduce: {e}", file=sys.stderr)
+        return 2
     except FileNotFoundError as e:
         print(f"apm-reduce: no such run directory: {e.filename or e}", file=sys.stderr)
         return 2

@@ -15,15 +15,12 @@ instance that saw it (docs/records.md, "Resume checks the memory state").
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +32,11 @@ from apm.data.model import Release, Session, Trajectory
 from apm.memory.base import MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
 from apm.prompts import turn_text
 from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
+from apm.records.lock import LockHeld, WriterLock, this_process
 from apm.runner import latency
 from apm.runner.config import FrameLayout
 from apm.runner.context import Prepared
 from apm.runner.ledger import scheduler_job_id
-from apm.runner.lock import LockHeld, WriterLock
 from apm.runner.outcome import apply_gate
 from apm.runner.request import prepare_instance, state_dir_of
 from apm.runner.stops import FailFast
@@ -245,8 +242,7 @@ class ShardBusy(SystemExit):
 
 def lock_holder() -> dict[str, Any]:
     """Who this process is, for the shard's lock file: host, pid, SLURM job id and since when."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "job_id": scheduler_job_id(),
-            "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {**this_process(), "job_id": scheduler_job_id()}
 
 
 def busy_line(setup: RunSetup, holder: dict[str, Any] | None) -> str:

@@ -1,7 +1,8 @@
 """Write a synthetic release: videos, trajectories, candidates, EA candidates and the world script.
 
 The release is built in a hidden sibling directory and renamed into place at the end, so an
-interrupted run never leaves a half-written release at ``out``. Everything is a function of the
+interrupted run never leaves a half-written release at ``out``; ``out`` must be new, empty or an
+earlier synthetic release (``apm.records.atomic.replaced_output``). Everything is a function of the
 seed: the same seed gives byte-identical files.
 """
 
@@ -9,12 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import shutil
 from pathlib import Path
 
 from apm.data import clock
+from apm.records.atomic import replaced_output
 from apm.synth.candidates import MinedTrajectory, mine
 from apm.synth.render import add_motion, render_state
 from apm.synth.world import (
@@ -30,6 +30,7 @@ from apm.synth.world import (
 from apm.video.encode import H264Writer
 
 log = logging.getLogger(__name__)
+PROG = "apm-data synth"
 MAX_ATTEMPTS = 200
 """Worlds drawn per trajectory before giving up on one that yields every task."""
 
@@ -103,24 +104,12 @@ def _write_release(root: Path, seed: int, scale: Scale, n_trajectories: int) -> 
 
 
 def generate(out: Path, seed: int, scale: str, limit_trajectories: int | None = None) -> Path:
-    """Write a synthetic release of ``scale`` (tiny, small, paper) to the new or empty directory ``out``."""
+    """Write a synthetic release of ``scale`` (tiny, small, paper) to ``out``: a new or empty folder, or
+    an earlier synthetic release (:func:`apm.records.atomic.claim_output`), replaced whole."""
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"refusing to overwrite non-empty {out}")
     config = SCALES[scale]
     n = config.trajectories if limit_trajectories is None else max(0, min(limit_trajectories, config.trajectories))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    try:
-        _write_release(partial, seed, config, n)
-        if out.exists():
-            out.rmdir()
-        partial.rename(out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    return out
+    with replaced_output(out, PROG) as stage:
+        _write_release(stage, seed, config, n)
+    return Path(out)

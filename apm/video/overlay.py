@@ -12,6 +12,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from apm.data import clock
+from apm.records.atomic import new_file
 from apm.video.encode import H264Writer
 
 STRIP_FRACTION = 0.12
@@ -40,12 +41,13 @@ def draw_label(rgb: np.ndarray, text: str) -> None:
 
 
 def overlay_timestamps(src: Path, dst: Path, day_id: str, start_hms: str) -> None:
-    """Re-encode ``src`` to ``dst`` with ``DAYn HH:MM:SS`` (start + frame time) drawn on each frame."""
+    """Re-encode ``src`` to the new file ``dst`` with ``DAYn HH:MM:SS`` (start + frame time) drawn on each
+    frame; an existing ``dst`` is refused (``OutputRefused``), a failure leaves no ``dst``."""
     start = clock.absolute(day_id, start_hms)
-    with av.open(str(src)) as container:
+    with av.open(str(src)) as container, new_file(dst, "apm-data overlay") as out:
         stream = container.streams.video[0]
         rate = stream.average_rate or stream.guessed_rate or Fraction(30)
-        with H264Writer(Path(dst), stream.codec_context.width, stream.codec_context.height, rate) as writer:
+        with H264Writer(out, stream.codec_context.width, stream.codec_context.height, rate) as writer:
             for frame in container.decode(stream):
                 rgb = frame.to_ndarray(format="rgb24")
                 offset = frame.time if frame.time is not None else writer.frames / float(rate)

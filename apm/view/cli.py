@@ -8,13 +8,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from apm.view.site import build_site
+from apm.records.atomic import OutputRefused
+from apm.view.collect import ReleaseChanged
+from apm.view.site import PROG, build_site
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="apm-view", description=__doc__)
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__)
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run dirs, or folders above them")
-    p.add_argument("--out", type=Path, required=True, help="site folder (replaced whole)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="site folder: new, empty, or an earlier apm-view site (replaced whole)")
     p.add_argument("--judge", help="prefer judgements by this judge (as apm-reduce --judge)")
     p.add_argument("--thumb-side", type=int, default=160, metavar="PX",
                    help="longer side of each thumbnail in pixels (default 160)")
@@ -29,6 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         site = build_site(args.runs, args.out, args.judge, args.thumb_side)
+    except (OutputRefused, ReleaseChanged) as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
     except OSError as e:  # a run dir that is not there, or a site that cannot be written (disk full, …)
         print(f"apm-view: {e.strerror or e}: {e.filename or args.out}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from apm.data import clock
+from apm.data.fingerprint import release_fingerprint
 from apm.data.instances import Instance, release_instances
 from apm.data.model import Release
 from apm.data.problems import ReleaseError
@@ -57,6 +59,19 @@ THUMB_ERRORS = (VideoDecodeError, OSError, IndexError, KeyError, ValueError)
 """What a frame without a thumbnail can fail with: no video, an undecodable one, a sample out of range."""
 
 
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/(?:[^\s:'\"/]+/)*([^\s:'\"/]+)")
+"""An absolute path in a message; the page keeps only its last component."""
+
+
+def file_names(message: str) -> str:
+    """``message`` with each absolute path cut to its last component: a site holds no absolute path."""
+    return ABSOLUTE_PATH.sub(r"\1", message)
+
+
+class ReleaseChanged(ValueError):
+    """A run's release is not the one it was run on: its questions would be shown against other answers."""
+
+
 @dataclass(frozen=True)
 class RunDir:
     """One run directory and its resolved ``config.json``."""
@@ -64,6 +79,11 @@ class RunDir:
     path: Path
     config_hash: str
     config: Mapping[str, Any]
+    shown: str
+    """The run dir as the page names it: relative to the folder above the path it was found under
+    (never an absolute path: the site may be shared)."""
+    release_fingerprint: str | None
+    """The release's fingerprint when the run was made (None: an older run that did not save it)."""
 
     @property
     def dataset_root(self) -> Path:
@@ -78,20 +98,31 @@ class RunDir:
 def find_run_dirs(paths: Iterable[str | Path]) -> list[RunDir]:
     """Run dirs (``config.json`` beside ``records/``) at or below ``paths``, each once, in path order;
     a path that does not exist raises ``FileNotFoundError``."""
-    found: dict[Path, None] = {}
+    found: dict[Path, str] = {}
     for root in map(Path, paths):
         if not root.exists():
             raise FileNotFoundError(2, "no such run directory", str(root))
         configs = [root / "config.json"] if (root / "config.json").is_file() else sorted(root.rglob("config.json"))
         for config in configs:
             if (config.parent / "records").is_dir():
-                found.setdefault(config.parent.resolve(), None)
-    return [_run_dir(path) for path in found]
+                path = config.parent.resolve()
+                found.setdefault(path, path.relative_to(root.resolve().parent).as_posix())
+    return [_run_dir(path, shown) for path, shown in found.items()]
 
 
-def _run_dir(path: Path) -> RunDir:
+def _run_dir(path: Path, shown: str) -> RunDir:
     saved = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    return RunDir(path, str(saved["config_hash"]), saved["config"])
+    return RunDir(path, str(saved["config_hash"]), saved["config"], shown, saved.get("release_fingerprint"))
+
+
+def check_release(run: RunDir, release: Release | str) -> None:
+    """Refuse (:class:`ReleaseChanged`) a run whose readable release has changed since it was run."""
+    if isinstance(release, str) or run.release_fingerprint is None:
+        return
+    now = release_fingerprint(run.dataset_root)
+    if now != run.release_fingerprint:
+        raise ReleaseChanged(f"{run.shown}: the release at dataset.root changed since the run (fingerprint "
+                             f"{run.release_fingerprint}, now {now}); view it with the release it was run on")
 
 
 def _stamp(value: Any) -> float | None:
@@ -144,7 +175,7 @@ def methods(runs: RunSet, dirs: Sequence[RunDir]) -> list[dict[str, Any]]:
     info = method_info(runs.records)
     scores = method_scores(runs)
     judges = judge_names(runs.judgements)
-    folders = {h: [str(d.path) for d in dirs if d.config_hash == h] for h in info.index}
+    folders = {h: [d.shown for d in dirs if d.config_hash == h] for h in info.index}
     out = [
         {
             "id": h,
@@ -206,7 +237,7 @@ class Releases:
             try:
                 release = load_release(root, check_videos=False)
             except (ReleaseError, OSError) as e:
-                self._loaded[root] = f"release at {root} unreadable: {str(e).splitlines()[0]}"
+                self._loaded[root] = file_names(f"release at {root} unreadable: {str(e).splitlines()[0]}")
             else:
                 self._loaded[root] = release
                 for instance in release_instances(release):
@@ -229,7 +260,7 @@ def frame_views(record: Line, run: RunDir, release: Release | str, thumbs: Thumb
             video = release.trajectory(record["trajectory_id"]).session(frame["session"]).video
             view["src"] = thumbs.src(run.frames, video, float(frame["offset"]))
         except THUMB_ERRORS as e:
-            view["problem"] = f"no thumbnail: {e}"
+            view["problem"] = f"no thumbnail: {file_names(str(e))}"
         out.append(view)
     return out
 
@@ -275,6 +306,8 @@ def collect(paths: Iterable[str | Path], thumbs: Thumbnails, judge: str | None =
     records = chosen(runs.records, _lines(dirs, "records"))
     judgements = {pick: line for pick, (_, line) in chosen(runs.judgements, _lines(dirs, "judgements")).items()}
     releases = Releases()
+    for run in dirs:
+        check_release(run, releases.get(run.dataset_root))
     by_key: dict[str, dict[str, Line]] = {}
     views: dict[str, dict[str, dict[str, Any]]] = {}
     for (h, key), (run, record) in records.items():

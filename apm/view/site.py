@@ -17,12 +17,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from apm.records.atomic import staged_folder
+from apm.records.atomic import replaced_output
 from apm.view.collect import collect
 from apm.view.thumbs import Thumbnails
 
 ASSETS = resources.files("apm.view").joinpath("assets")
 PAGE_FILES = ("index.html", "app.js", "style.css")
+PROG = "apm-view"
 CHUNK = 50
 """Instances per chunk file: a page of up to 100 rows loads at most three."""
 FILTER_FIELDS = ("key", "task", "family", "polarity", "differs")
@@ -63,9 +64,9 @@ def write_data(stage: Path, data: dict[str, Any]) -> None:
 
 
 def build_site(paths: Iterable[str | Path], out: Path, judge: str | None = None, thumb_side: int = 160) -> Site:
-    """Write the viewer of the run dirs at or below ``paths`` into ``out`` (replaced whole, or left as
-    it was if anything fails)."""
-    with staged_folder(out) as stage:
+    """Write the viewer of the run dirs at or below ``paths`` into ``out`` (a folder ``apm-view`` may
+    own, :func:`apm.records.atomic.claim_output`): replaced whole, or left as it was if anything fails."""
+    with replaced_output(out, PROG) as stage:
         thumbs = Thumbnails(stage, thumb_side)
         data = collect(paths, thumbs, judge)
         write_data(stage, data)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +86,16 @@ def read_holder(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text() or "null")
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def this_process() -> dict[str, Any]:
+    """Who holds a lock, as a refused writer is told: host, pid and since when."""
+    return {"host": socket.gethostname(), "pid": os.getpid(),
+            "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def holder_line(holder: dict[str, Any] | None) -> str:
+    """A lock holder as words, for a refusal."""
+    if not holder:
+        return "a process that is only now writing its lock file"
+    return f"host {holder.get('host')} pid {holder.get('pid')} since {holder.get('since')}"
