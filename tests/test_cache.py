@@ -8,6 +8,8 @@ import multiprocessing as mp
 import multiprocessing.synchronize
 import os
 import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +167,58 @@ def test_a_malformed_digest_memo_is_rebuilt_never_trusted(clip: Path, tmp_path: 
     path.write_text(spoilt)
     assert FrameCache(tmp_path / "c").key(clip) == key
     assert json.loads(path.read_text()) == good
+
+
+NOBODY = 65534
+"""uid and gid of ``nobody`` / ``nogroup``: the second user of a shared cache."""
+
+
+def _as_nobody(work: Callable[[], bool]) -> int:
+    """Exit status of ``work()`` run in a forked child as uid/gid ``nobody`` under umask 022 (forked,
+    not exec'd: the interpreter's own files need not be readable by nobody); 13: a PermissionError."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.umask(0o022)
+            code = 0 if work() else 3
+        except PermissionError:
+            code = 13
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+def test_a_shared_cache_under_umask_022_is_read_and_extended_by_a_second_user(clip: Path) -> None:
+    shared = Path(tempfile.mkdtemp(dir="/tmp"))  # outside pytest's 0700 folders, so nobody can reach it
+    try:
+        shared.chmod(0o755)
+        first, second = shutil.copy(clip, shared / "a.mp4"), make_video(shared / "b.mp4", cfr(3.3))
+        cache_dir = shared / "cache"
+        cache_dir.mkdir()
+        os.chown(cache_dir, -1, NOBODY)  # docs/scale.md: the cache root belongs to the sharing group, setgid
+        cache_dir.chmod(0o2775)
+        before = os.umask(0o022)
+        try:
+            built = FrameCache(cache_dir, fps=1.0, max_side=64).entry(first)
+        finally:
+            os.umask(before)
+        count, entry_file = built.count, built.path
+        entry_file.unlink()  # the second user rebuilds it in the first user's folder, under its lock file
+
+        def second_user() -> bool:
+            cache = FrameCache(cache_dir, fps=1.0, max_side=64)
+            return cache.entry(first).count == count and cache.entry(second).count == 4
+
+        assert _as_nobody(second_user) == 0
+        assert entry_file.stat().st_uid == NOBODY
+        folders = [p for p in cache_dir.rglob("*") if p.is_dir()]
+        assert {p.name for p in folders} >= {"digests", entry_file.parent.name}
+        assert all(p.stat().st_mode & 0o2070 == 0o2070 and p.stat().st_gid == NOBODY for p in folders)
+        assert all(p.stat().st_mode & 0o060 == 0o060 for p in cache_dir.rglob("*.lock"))
+    finally:
+        shutil.rmtree(shared)

@@ -12,7 +12,9 @@ import hashlib
 import json
 import logging
 import os
+import stat
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import suppress
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -45,6 +47,34 @@ def default_cache_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "apm" / "frames"
 
 
+GROUP_SHARED = stat.S_ISGID | stat.S_IRWXG
+"""Bits the cache adds to every folder it creates, whatever the umask: the group may add entries
+(a second user of a shared cache), and new folders inherit the folder's group (setgid)."""
+
+
+def shared_folder(folder: Path, cache_dir: Path) -> Path:
+    """``folder`` (``cache_dir`` or below it) made to exist; each folder from ``cache_dir`` down that
+    this call creates gets :data:`GROUP_SHARED` (the folders above ``cache_dir`` follow the umask)."""
+    cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    for made in [*reversed(folder.relative_to(cache_dir).parents), Path(folder.relative_to(cache_dir))]:
+        target = cache_dir / made
+        try:
+            target.mkdir()
+        except FileExistsError:
+            continue
+        target.chmod(stat.S_IMODE(target.stat().st_mode) | GROUP_SHARED)
+    return folder
+
+
+def shared_lock(path: Path) -> FileLock:
+    """The build lock of an entry, its file group-writable (the group's next user must open it to lock)."""
+    if not path.exists():
+        with suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            path.chmod(stat.S_IMODE(path.stat().st_mode) | stat.S_IRGRP | stat.S_IWGRP)
+    return FileLock(str(path))
+
+
 def file_digest(path: Path, cache_dir: Path) -> str:
     """SHA-256 of a video file, memoised under ``cache_dir/digests`` until its size, mtime or inode change."""
     real = path.resolve()
@@ -56,6 +86,7 @@ def file_digest(path: Path, cache_dir: Path) -> str:
         return saved["sha256"]
     with open(real, "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
+    shared_folder(memo.parent, cache_dir)
     write_atomically(memo, json.dumps({**stamp, "sha256": digest}).encode())
     return digest
 
@@ -162,8 +193,8 @@ class FrameCache:
             return CacheEntry(video, self.settings.rate, EntryFile.open(path, key))
         except (FileNotFoundError, CorruptEntryError):
             pass
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + ".lock"):
+        shared_folder(path.parent, self.cache_dir)
+        with shared_lock(path.with_name(path.name + ".lock")):
             try:
                 found = EntryFile.open(path, key)
             except FileNotFoundError:
