@@ -43,11 +43,11 @@ demo: $(STAMP)
 	$(DEMO_RUN) $(DEMO_SUMMARY) backbone=tiny_qwen2vl_hf dataset.limit=52 generation.max_tokens=24
 	$(BIN)/apm-judge $(DEMO)/runs/*/*/* judge=gate_only
 	$(BIN)/apm-reduce $(DEMO)/runs/*/*/* --out $(DEMO)/report
-	$(DEMO_ENV) $(BIN)/apm-publish $(DEMO)/runs --mode offline --dir $(DEMO) > $(DEMO)/publish.log
+	$(DEMO_ENV) $(BIN)/apm-publish $(DEMO)/runs --mode offline --dir $(DEMO)/publish > $(DEMO)/publish.log
 	$(BIN)/apm-view $(DEMO)/runs --out $(DEMO)/site
 	@cat $(DEMO)/report/tables/table3.md; echo; cat $(DEMO)/report/tables/table4.md
 	@echo; echo "figures: $(DEMO)/report/figures  scores: $(DEMO)/report/scores.csv"
-	@echo "viewer: $(DEMO)/site/index.html  W&B (offline; each reduce run's summary holds the metrics): $(DEMO)/wandb, listed in $(DEMO)/publish.log"
+	@echo "viewer: $(DEMO)/site/index.html  W&B (offline; each reduce run's summary holds the metrics): $(DEMO)/publish/wandb, listed in $(DEMO)/publish.log"
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache
