@@ -4,9 +4,10 @@ Each method (config hash) gets one W&B run per stage — ``run`` (the per-instan
 (the judgements, when there are any) and ``reduce`` (the paper's metrics in its summary) — with a
 deterministic id ``<config hash>-<stage>-<group digest>``. Everything goes into the run's summary
 (tables too), never into history, so a run holds one state. Offline, each publish writes a fresh
-``offline-run-*`` folder (artifact staging inside it) and then deletes the earlier folders of that
-id, so ``wandb sync`` sees exactly one; online, the run of that id is resumed and its config and
-summary keys are overwritten.
+``offline-run-*`` folder (artifact staging inside it), names it in the folder's marker once it is
+finished and only then deletes the earlier folder of that id (:class:`PublishFolder`), so ``wandb
+sync`` sees exactly one; one publish at a time holds a folder (:func:`holding`); online, the run of
+that id is resumed and its config and summary keys are overwritten.
 """
 
 from __future__ import annotations
