@@ -1,5 +1,5 @@
 """Kill test: apm-run killed with SIGKILL at random points and rerun ends with exactly the records of
-an uninterrupted run; torn lines are redone; errored instances are retried with rerun_errors."""
+an uninterrupted run; torn lines are redone; errored instances are retried with rerun=errors."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_a_failed_memory_update_is_redone_with_everything_after_it(tiny, tmp_pat
     assert first and all(m["error"] == "HTTP 503: writer unavailable" and m["bytes"] == 0 for m in first)
     n_records = len(records(run_dir))
     down.unlink()
-    rerun = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [*overrides, "rerun_errors=true"])
+    rerun = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [*overrides, "rerun=errors"])
     run(rerun)
     last = {(m["trajectory_id"], m["session_index"]): m for m in memory_records(run_dir)}
     assert all(m["error"] is None and m["bytes"] > 0 for m in last.values())

@@ -69,7 +69,7 @@ def test_a_job_whose_every_instance_failed_exits_non_zero(tiny, tmp_path):
                           endpoint_overrides(srv.base_url, "no-such-model") + ["fail_fast=0", "dataset.tasks=[ER]"])
         with pytest.raises(RunStopped, match="every one of the 6 instances run failed; the first: HTTP 404"):
             asyncio.run(run_async(cfg, strict=True))
-        assert len(records(run_dir_of(cfg))) == 6  # on record: rerun_errors=true asks again
+        assert len(records(run_dir_of(cfg))) == 6  # on record: rerun=errors asks again
 
 
 def test_apm_run_says_it_in_one_line_with_a_non_zero_exit(tiny, tmp_path):

@@ -115,7 +115,7 @@ def test_a_redone_update_records_the_state_of_its_own_session(tiny, clean, tmp_p
     failed = {k for k, m in _latest_memory(run_dir).items() if m["error"]}
     assert (DAMAGED, 2) in failed
     monkeypatch.delenv("APM_TEST_WRITER_DOWN")
-    run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [*OVERRIDES, "rerun_errors=true"]))
+    run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [*OVERRIDES, "rerun=errors"]))
     got, want = _latest_memory(run_dir), _latest_memory(clean)
     assert all(got[k]["error"] is None for k in failed)
     assert {k: got[k]["bytes"] for k in failed} == {k: want[k]["bytes"] for k in failed}

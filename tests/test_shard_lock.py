@@ -163,3 +163,61 @@ def test_a_refused_job_leaves_no_trace_and_the_lock_is_reentrant(tiny, tmp_path)
     finally:
         holder.kill()
         holder.wait()
+
+
+RACE = ["memory=raw_video", "backbone=random", "backbone._target_=slow_backbones.HeldWhileFlagged",
+        "dataset.tasks=[ER,CT,PRM]"]
+"""Jobs whose memory state is measured (raw video: deterministic bytes and digests)."""
+
+
+def _job(tiny: Path, out: Path, cache: Path, hold: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests"), "APM_TEST_HOLD": str(hold)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={out}",
+         f"frames.cache_dir={cache}", "logging.wandb.mode=disabled", "logging.progress=false", *RACE, *extra],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def _memory_and_records(run_dir: Path) -> tuple[dict, dict, int]:
+    """Each session's newest state (bytes, digest), each key's memory as shown, and the record lines."""
+    from apm.records.jsonl import latest_records
+    from apm.runner.online import newest_memory_lines
+
+    memory = {k: (m["bytes"], m["state_sha256"]) for k, m in newest_memory_lines(run_dir / "memory").items()}
+    shown = {k: (r["memory_bytes"], r["memory_sha256"]) for k, r in latest_records(run_dir / "records").items()}
+    return memory, shown, len(records(run_dir))
+
+
+@pytest.fixture(scope="module")
+def single_run(tiny, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("single")
+    return _memory_and_records(run(compose_run(tiny, tmp / "runs", tmp / "cache", RACE)))
+
+
+@pytest.mark.parametrize("repeat", range(3))
+def test_jobs_of_two_shard_counts_at_once_leave_a_single_runs_memory(tiny, tmp_path, single_run, repeat):
+    """Issue 20: shard.count=2 and shard.count=3 started together on one run dir: the second to start
+    is refused (naming the other count) while the first holds; finishing the first's count gives the
+    single run's storage, state digests and no duplicate calls."""
+    out, cache, hold = tmp_path / "runs", tmp_path / "cache", tmp_path / "hold"
+    hold.touch()
+    jobs = {count: _job(tiny, out, cache, hold, f"shard.count={count}", "shard.index=0") for count in (2, 3)}
+    try:
+        _wait_for(lambda: any(job.poll() is not None for job in jobs.values()), 90)
+    finally:
+        hold.unlink()
+        said = {count: job.communicate(timeout=300)[0] for count, job in jobs.items()}
+    refused = [count for count, job in jobs.items() if job.returncode != 0]
+    assert len(refused) == 1, said
+    winner = ({2, 3} - set(refused)).pop()
+    line = said[refused[0]].strip().splitlines()[-1]
+    assert f"jobs of shard.count={winner} (host {socket.gethostname()} pid {jobs[winner].pid})" in line, line
+    assert f"a job of shard.count={refused[0]}" in line, line
+    for index in range(1, winner):
+        run(compose_run(tiny, out, cache, [*RACE, f"shard.count={winner}", f"shard.index={index}"]))
+    run_dir = next(out.rglob("config.json")).parent
+    memory, shown, lines = _memory_and_records(run_dir)
+    assert memory == single_run[0]
+    assert shown == single_run[1]
+    assert lines == len(shown) == single_run[2]

@@ -1,5 +1,6 @@
-"""Which line of a key wins: the newest write stamp, never the file name (a rerun with another shard
-count writes to a file that sorts before the old ones)."""
+"""Which line of a key wins: the greatest revision, then the newest write stamp, never the file name (a
+rerun with another shard count writes to a file that sorts before the old ones) and never a clock that
+runs ahead on another machine."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from runner_helpers import compose_run
 from apm.backbones.base import Response
 from apm.backbones.baselines import RandomBaseline
 from apm.records.jsonl import (
+    REVISION,
     STAMP,
     JsonlAppender,
     done_keys,
@@ -22,8 +24,9 @@ from apm.records.jsonl import (
     latest_records,
     read_folder,
 )
+from apm.reduce.load import in_write_order, load_memory, load_records
 from apm.runner.app import run_async, run_dir_of
-from apm.runner.online import memory_on_record
+from apm.runner.online import newest_memory_lines
 from apm.scale import scheduler, status
 from apm.synth import generate
 
@@ -59,14 +62,30 @@ def test_stamped_beats_unstamped_and_unstamped_keep_file_order():
     assert {k: v["n"] for k, v in latest_by(lines, lambda line: line["key"]).items()} == {"a": 0, "b": 3, "c": 5}
 
 
+def test_a_greater_revision_wins_whatever_the_stamps():
+    """A line written after its key's line was read supersedes it, even from a clock an hour behind."""
+    hour = 3_600 * 10**9
+    lines = [{"key": "a", "n": 0, REVISION: 1, STAMP: 5 * hour}, {"key": "a", "n": 1, REVISION: 2, STAMP: 4 * hour},
+             {"key": "b", "n": 2, STAMP: 9 * hour}, {"key": "b", "n": 3, REVISION: 1, STAMP: 1},  # before revisions
+             {"key": "c", "n": 4, REVISION: 2, STAMP: 7}, {"key": "c", "n": 5, REVISION: 2, STAMP: 6}]  # tie: stamp
+    assert {k: v["n"] for k, v in latest_by(lines, lambda line: line["key"]).items()} == {"a": 1, "b": 3, "c": 4}
+
+
 def test_the_documented_pandas_rule_picks_the_same_lines():
-    """docs/records.md: sort by the stamp, unstamped first, stably; the last line of a key wins."""
-    lines = [{"key": k, "n": n, **({STAMP: s} if s is not None else {})}
-             for n, (k, s) in enumerate([("a", 7), ("b", None), ("a", None), ("b", 3), ("c", None), ("c", None),
-                                         ("d", 4), ("d", 2), ("e", 1), ("e", 1)])]
-    frame = pd.DataFrame(lines).sort_values(STAMP, na_position="first", kind="stable")
+    """docs/records.md: sort by revision (none: 0), then stamp (none first), stably; the last line of a key
+    wins — what the reducer does (``in_write_order``)."""
+    cases = [("a", 7, 1), ("b", None, None), ("a", None, None), ("b", 3, 1), ("c", None, None), ("c", None, None),
+             ("d", 4, 1), ("d", 2, 1), ("e", 1, None), ("e", 1, None), ("f", 9, 1), ("f", 2, 2), ("g", 5, None),
+             ("g", 1, 1)]
+    lines = [{"key": k, "n": n, **({STAMP: s} if s is not None else {}), **({REVISION: r} if r is not None else {})}
+             for n, (k, s, r) in enumerate(cases)]
+    frame = pd.DataFrame(lines)
+    frame = frame.assign(rev=frame[REVISION].fillna(0)).sort_values(["rev", STAMP], na_position="first",
+                                                                      kind="stable")
     by_pandas = frame.drop_duplicates("key", keep="last").set_index("key")["n"].to_dict()
+    by_reducer = in_write_order(pd.DataFrame(lines)).drop_duplicates("key", keep="last").set_index("key")["n"]
     assert {k: v["n"] for k, v in latest_by(lines, lambda line: line["key"]).items()} == by_pandas
+    assert by_reducer.to_dict() == by_pandas
 
 
 def test_one_writer_never_ties_and_leaves_the_callers_object_alone(tmp_path, monkeypatch):
@@ -89,7 +108,7 @@ def tiny(tmp_path):
 
 
 def test_rerun_with_fewer_shards_supersedes_the_errors_of_the_first(tiny, tmp_path, monkeypatch):
-    """First run: 2 shards, backbone and summary writer down; rerun_errors with 1 shard and both up."""
+    """First run: 2 shards, backbone and summary writer down; rerun=errors with 1 shard and both up."""
     down = tmp_path / "down"
     down.touch()
     monkeypatch.setenv(DOWN, str(down))
@@ -105,18 +124,48 @@ def test_rerun_with_fewer_shards_supersedes_the_errors_of_the_first(tiny, tmp_pa
     first = [run("shard.count=2", f"shard.index={i}")[0] for i in range(2)]
     assert all(s.new > 0 and s.errors == s.new + s.sessions_updated for s in first)
     down.unlink()
-    rerun, run_dir = run("shard.count=1", "rerun_errors=true")
+    rerun, run_dir = run("shard.count=1", "rerun=errors")
     assert rerun.new == sum(s.new for s in first)
 
     latest = latest_records(run_dir / "records")
     assert len(latest) == rerun.new and all(r["error"] is None for r in latest.values())
-    memory = memory_on_record(run_dir / "memory", rerun_errors=True)
+    memory = newest_memory_lines(run_dir / "memory")
     assert len(memory) == 12 and all(m["bytes"] > 0 for m in memory.values())
 
-    again, _ = run("shard.count=1", "rerun_errors=true")
+    again, _ = run("shard.count=1", "rerun=errors")
     assert (again.new, again.sessions_updated, again.skipped) == (0, 0, rerun.new)
 
     rows = status.sweep_status(tmp_path / "runs")
     assert {r.shard for r in rows} == {"shard-0-of-1", "shard-0-of-2", "shard-1-of-2"}
     assert all(r.state == "done" and r.errors == 0 for r in rows)
     assert status.main([str(tmp_path / "runs")]) == 0
+
+
+def test_errors_from_a_node_an_hour_ahead_are_superseded_by_a_rerun(tiny, tmp_path, monkeypatch):
+    """Issue 20: a first run on a node whose clock is 1 h ahead (backbone and writer down), then a
+    ``rerun=errors`` rerun on a node with the right clock: the rerun's lines win, the run converges."""
+    down = tmp_path / "down"
+    down.touch()
+    monkeypatch.setenv(DOWN, str(down))
+    monkeypatch.setenv("APM_TEST_WRITER_DOWN", str(down))
+    overrides = ["memory=text_summary", "backbone=random", "backbone._target_=test_write_order.DownWhileFlagged",
+                 "+backbone@writer=random", "writer._target_=slow_backbones.FlakyWriter", "dataset.tasks=[ER,PRM]"]
+    cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", overrides)
+    rerun_cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [*overrides, "rerun=errors"])
+    true_clock = __import__("time").time_ns
+    monkeypatch.setattr("apm.records.jsonl.time.time_ns", lambda: true_clock() + 3_600 * 10**9)
+    first = asyncio.run(run_async(cfg))
+    assert first.new > 0 and first.errors == first.new + first.sessions_updated
+    monkeypatch.setattr("apm.records.jsonl.time.time_ns", true_clock)  # the other node: its own process, its clock
+    monkeypatch.setattr("apm.records.jsonl._last_stamp", 0)
+    down.unlink()
+    rerun = asyncio.run(run_async(rerun_cfg))
+    assert rerun.new == first.new and rerun.errors == 0
+    run_dir = run_dir_of(cfg)
+    assert all(r["error"] is None for r in latest_records(run_dir / "records").values())
+    assert all(m["error"] is None for m in newest_memory_lines(run_dir / "memory").values())
+    reduced = load_records([run_dir])
+    assert len(reduced) == first.new and reduced["error"].isna().all()
+    assert load_memory([run_dir])["bytes"].gt(0).all()
+    again = asyncio.run(run_async(rerun_cfg))
+    assert (again.new, again.sessions_updated, again.skipped) == (0, 0, first.new)

@@ -34,7 +34,7 @@ from apm.judge.rubric import (
     judge_prompt,
     probe_reference,
 )
-from apm.records.jsonl import JsonlAppender, latest_records, read_folder
+from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
 from apm.records.judging import needs_judge, response_digest
 from apm.records.naming import slug
 
@@ -93,7 +93,9 @@ class JudgeStage:
                         "its annotations as they are now", run_dir, root, saved["release_fingerprint"], now)
         release = load_release(root, check_videos=False)
         candidates = {(c.trajectory_id, c.candidate_id): c for c in release.candidates}
-        done = {j.get("cache_key") for j in read_folder(run_dir / "judgements") if j.get("failure") != "backbone"}
+        lines = list(read_folder(run_dir / "judgements"))
+        done = {j.get("cache_key") for j in lines if j.get("failure") != "backbone"}
+        newest = latest_by(lines, lambda j: j["key"])
         todo = [r for r in latest_records(run_dir / "records").values()
                 if needs_judge(r) and (self.only_keys is None or r["key"] in self.only_keys)]
         fresh = [r for r in todo if cache_key(self.model, r["key"], r["output"]) not in done]
@@ -104,7 +106,7 @@ class JudgeStage:
                 async with sem:
                     cand = candidates[(rec["trajectory_id"], rec["candidate_id"])]
                     judgement = await self._judge(rec, cand.fields)
-                out.append(judgement)
+                out.append(judgement, supersedes=newest.get(rec["key"]))
             await asyncio.gather(*(one(r) for r in fresh))
         finally:
             out.close()

@@ -80,7 +80,7 @@ class MemoryProtocol(abc.ABC):
         """Update persistent state in ``state_dir`` after ``view.session``; return facts to record.
 
         A failed update returns ``{"error": "why"}`` among its facts: the session's memory line records
-        it, and ``rerun_errors=true`` redoes the update and every later instance that saw its result.
+        it, and ``rerun=errors`` redoes the update and every later instance that saw its result.
         """
         return {}
 

@@ -4,8 +4,10 @@ Each writer owns one file (``records/shard-<i>-of-<n>.jsonl``, ``memory/…``). 
 line (a crash mid-write) is cut off, so it is redone rather than read. ``done_keys`` reads every
 file of the folder, so a rerun skips what is on record whatever shard count produced it.
 
-Every line carries a write stamp (``written_ns``); where a key has several lines, the newest
-stamp wins (``latest_by``), whichever file holds it — file names say nothing about time.
+Every line carries a revision (``revision``: one more than the line of its key it supersedes) and a
+write stamp (``written_ns``); where a key has several lines, the greatest revision wins, the stamp
+only breaks ties (``latest_by``), whichever file holds it — file names say nothing about order, and
+no machine's clock can outvote a line written after another was read.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ log = logging.getLogger(__name__)
 
 STAMP = "written_ns"
 """The write stamp on every line: nanoseconds since the epoch, strictly increasing within a process."""
+REVISION = "revision"
+"""The per-key attempt order on every line: 1 for a key's first line, the superseded line's + 1 after."""
 
 K = TypeVar("K", bound=Hashable)
 _stamp_lock = threading.Lock()
@@ -46,13 +50,24 @@ def stamp_of(line: dict[str, Any]) -> int:
     return -1 if stamp is None else int(stamp)
 
 
+def revision_of(line: dict[str, Any] | None) -> int:
+    """A line's revision; 0 for a line written before revisions (or no line at all)."""
+    revision = (line or {}).get(REVISION)
+    return 0 if revision is None else int(revision)
+
+
+def order_of(line: dict[str, Any]) -> tuple[int, int]:
+    """Where a line stands among its key's lines: its revision first, its write stamp only on a tie."""
+    return revision_of(line), stamp_of(line)
+
+
 def latest_by(lines: Iterable[dict[str, Any]], key: Callable[[dict[str, Any]], K]) -> dict[K, dict[str, Any]]:
-    """The newest line of each key: greatest stamp wins; on equal stamps (or none) the later line read wins."""
+    """The newest line of each key: greatest revision, then greatest stamp; on a full tie the later line read."""
     latest: dict[K, dict[str, Any]] = {}
     for line in lines:
         k = key(line)
         held = latest.get(k)
-        if held is None or stamp_of(line) >= stamp_of(held):
+        if held is None or order_of(line) >= order_of(held):
             latest[k] = line
     return latest
 
@@ -93,10 +108,13 @@ class JsonlAppender:
             with self.path.open("r+b") as fh:
                 fh.truncate(data.rfind(b"\n") + 1)
 
-    def append(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Write ``obj`` plus a fresh write stamp as one line and hand it to the OS (it survives the
-        process being killed); returns the line written, secrets masked (``obj`` is left as it was)."""
-        line = redact_data({**obj, STAMP: write_stamp()})  # secrets never reach a line (apm.records.redact)
+    def append(self, obj: dict[str, Any], supersedes: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write ``obj`` as one line, with the revision after ``supersedes`` (the newest line of its key
+        this writer read; ``None``: the key's first) and a fresh write stamp, and hand it to the OS (it
+        survives the process being killed); returns the line written, secrets masked (``obj`` is left
+        as it was)."""
+        order = {REVISION: revision_of(supersedes) + 1, STAMP: write_stamp()}
+        line = redact_data({**obj, **order})  # secrets never reach a line (apm.records.redact)
         self._fh.write(json.dumps(line, ensure_ascii=False).encode() + b"\n")
         self._fh.flush()
         return line

@@ -96,6 +96,7 @@ def _judge_score(line: Line) -> str | None:
 
 _BOOLEAN = (True, False)
 _STAMP = _field("written_ns", _is_count, "a non-negative integer")
+_REVISION = _field("revision", _is_count, "a non-negative integer")
 
 CHECKS: dict[Kind, tuple[Check, ...]] = {
     "records": (
@@ -104,18 +105,19 @@ CHECKS: dict[Kind, tuple[Check, ...]] = {
         _one_of("polarity", ("positive", "negative")), _one_of("parse_status", ("ok", "repaired", "failed")),
         _one_of("decision", ("SILENT", "INTERVENE")), _text("answer"), _text("output"), _text("error"),
         _one_of("correct", _BOOLEAN), _one_of("gate_pass", _BOOLEAN), _one_of("evidence_available", _BOOLEAN),
-        _text("original_candidate_id"), _latency, _STAMP,
+        _text("original_candidate_id"), _latency, _STAMP, _REVISION,
     ),
     "judgements": (
         _text("key", optional=False), _run, _text("judge", optional=False),
         _one_of("status", ("ok", "failed"), optional=False), _judge_score, _text("response_sha256"),
-        _text("rubric_version"), _text("judge_model"), _text("failure"), _STAMP,
+        _text("rubric_version"), _text("judge_model"), _text("failure"), _STAMP, _REVISION,
     ),
     "memory": (
         _run, _text("trajectory_id", optional=False), _text("day_id", optional=False),
         _text("session_id", optional=False), _field("session_index", _is_count, "an index", False),
         _field("bytes", _is_count, "a byte count", False),
         _field("prior_hours", lambda v: _is_number(v) and v >= 0, "hours ≥ 0", False), _text("error"), _STAMP,
+        _REVISION,
     ),
     "any": (),
 }

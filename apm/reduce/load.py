@@ -2,7 +2,7 @@
 
 A path may be one run dir or any folder above several (a sweep): every ``records/*.jsonl``,
 ``judgements/*.jsonl`` and ``memory/*.jsonl`` below it is read, so shards of a config concatenate;
-for duplicate keys the line written last (``written_ns``) wins, whatever file it is in.
+for duplicate keys the newest line wins (greatest ``revision``, then ``written_ns``), whatever file it is in.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ RECORD_FIELDS: list[Field] = _RUN_FIELDS + [
     for c in (
         "key", "trajectory_id", "candidate_id", "task", "family", "polarity", "evidence_available",
         "original_candidate_id", "parse_status", "decision", "answer", "correct", "gate_pass", "error",
-        "written_ns",
+        "written_ns", "revision",
     )
 ] + [
     ("ttft_s", _nested("latency", "ttft_s")),
@@ -117,11 +117,12 @@ DETAIL_FIELDS: list[Field] = [
 JUDGEMENT_FIELDS: list[Field] = _RUN_FIELDS + [
     (c, _get(c)) for c in (
         "key", "judge", "judge_model", "rubric_version", "response_sha256", "status", "failure", "score",
-        "written_ns",
+        "written_ns", "revision",
     )
 ]
 MEMORY_FIELDS: list[Field] = _RUN_FIELDS + [
-    (c, _get(c)) for c in ("trajectory_id", "session_index", "bytes", "prior_hours", "update_s", "written_ns")
+    (c, _get(c)) for c in ("trajectory_id", "session_index", "bytes", "prior_hours", "update_s", "written_ns",
+                         "revision")
 ]
 
 
@@ -159,16 +160,22 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
         out[c] = out[c].astype("category")
     for c in out.columns.intersection(_BOOLEAN):
         out[c] = out[c].astype("boolean")
-    for c in out.columns.intersection(["ttft_s", "total_s", "rtf", "score", "bytes", "prior_hours", "written_ns"]):
+    for c in out.columns.intersection(["ttft_s", "total_s", "rtf", "score", "bytes", "prior_hours", "written_ns",
+                                          "revision"]):
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
     return out
 
 
+def in_write_order(df: pd.DataFrame) -> pd.DataFrame:
+    """Lines oldest first (docs/records.md, "Which line of a key wins"): by ``revision`` (none: 0), then
+    ``written_ns`` (none: before any), the order read breaking full ties."""
+    order = df.assign(_revision=df["revision"].fillna(0))
+    return order.sort_values(["_revision", "written_ns"], kind="stable", na_position="first").drop(columns="_revision")
+
+
 def latest(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """One row per ``keys``: the greatest ``written_ns`` wins; unstamped lines (older runs) count as
-    older than any stamped one and among themselves the one read last wins (docs/records.md)."""
-    ordered = df.sort_values("written_ns", kind="stable", na_position="first")
-    return ordered.drop_duplicates(list(keys), keep="last").sort_index().reset_index(drop=True)
+    """One row per ``keys``: the newest line (:func:`in_write_order`) wins."""
+    return in_write_order(df).drop_duplicates(list(keys), keep="last").sort_index().reset_index(drop=True)
 
 
 def _read(
@@ -214,7 +221,7 @@ def load_judgements(
         wanted &= df["judge"].astype("str") == judge
     if rubric_version is not None:
         wanted &= df["rubric_version"].astype("str") == str(rubric_version)
-    stamped = df.sort_values("written_ns", kind="stable", na_position="first")
+    stamped = in_write_order(df)
     ordered = stamped.assign(_wanted=wanted.fillna(False)).sort_values("_wanted", kind="stable")
     last = ordered.drop_duplicates(["config_hash", "key"], keep="last").drop(columns="_wanted")
     return last.sort_index().reset_index(drop=True)

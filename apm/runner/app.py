@@ -13,6 +13,7 @@ check leaves nothing behind (Hydra's own job folder is removed again) and ``apm-
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -42,10 +43,20 @@ from apm.data.release import load_release
 from apm.errors import hold, hydra_guarded
 from apm.prompts import PROMPT_VERSION
 from apm.records.atomic import write_json_atomically
+from apm.records.jsonl import latest_records
 from apm.records.redact import ENV_NAME, redact_data, redact_logging, register_env_secrets
 from apm.runner import ledger, manifest
-from apm.runner.config import ConfigError, check_arguments, config_hash, method_identity, register, run_name
-from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget, holding_shard
+from apm.runner.code import code_identity, code_parts, what_changed
+from apm.runner.config import (
+    ConfigError,
+    Rerun,
+    check_arguments,
+    config_hash,
+    method_identity,
+    register,
+    run_name,
+)
+from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget, holding_shard, newest_memory_lines
 from apm.runner.preflight import preflight
 from apm.runner.request import describe, prepare_instance, state_dir_of
 from apm.runner.shards import shard_trajectories
@@ -82,8 +93,9 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = redact_data(OmegaConf.to_container(cfg, resolve=True))
     resolved["dataset"]["root"] = str(Path(cfg.dataset.root).expanduser().resolve())
+    parts = code_parts(cfg)
     saved = {"config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
-             "config": resolved}
+             "code": parts, "code_identity": code_identity(parts), "config": resolved}
     write_json_atomically(run_dir / "config.json", saved)
 
 
@@ -105,6 +117,9 @@ ENGINE_KEYS = ("backbone", "writer", "judge")
 def check_config(cfg: DictConfig) -> None:
     """What composing cannot check: the config groups' argument names and types, and that every API key
     variable an engine names is set (a judge's too, though it runs only after the run)."""
+    if cfg.get("rerun_errors") is not None:
+        raise ConfigError("rerun_errors: replaced by rerun=errors (run again what failed) or rerun=all "
+                          "(redo every instance and memory update)")
     for key in ENGINE_KEYS:
         if "api_key" in (cfg.get(key) or {}):
             raise ConfigError(f"{key}.api_key: a key is never written in a config; export it and name the variable "
@@ -178,6 +193,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
     writer = _instantiate(cfg.writer) or backbone
     run_dir = run_dir_of(cfg)
     shard_label = f"shard-{cfg.shard.index}-of-{cfg.shard.count}"
+    code = code_identity(code_parts(cfg))
     for engine in {id(backbone): backbone, id(writer): writer}.values():
         if hasattr(engine, "log_dir") and engine.log_dir is None:  # a served engine logs into the run
             engine.log_dir = str(run_dir / "jobs" / shard_label)
@@ -185,7 +201,8 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
         release=release,
         run_dir=run_dir,
         run_info={"dataset": cfg.dataset.name, "memory": protocol.name, "backbone": backbone.name,
-                  "config_hash": config_hash(cfg), **method_identity(cfg),
+                  "config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
+                  "code": code, **method_identity(cfg),
                   "capabilities": {"streaming": protocol.streaming, "persistent": protocol.persistent}},
         protocol=protocol,
         backbone=backbone,
@@ -196,7 +213,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
         settings=GenerationSettings(cfg.generation.max_tokens, cfg.generation.temperature, cfg.generation.seed),
         concurrency=1 if cfg.latency_mode else cfg.concurrency,
         shard_label=shard_label,
-        rerun_errors=cfg.rerun_errors,
+        rerun=cfg.rerun,
         fail_fast=cfg.fail_fast,
         latency_mode=cfg.latency_mode,
         wait_for_lock=cfg.shard.wait_for_lock,
@@ -209,6 +226,8 @@ async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
     job that cannot work stops before it writes anything; then the run, its ledger and W&B mirror.
     ``strict`` (``apm-run``): a job whose every instance failed raises ``RunStopped`` after it ends."""
     setup, plan = build_setup(cfg)
+    if cfg.rerun != Rerun.all:
+        refuse_other_code(cfg, setup, plan)
     async with _started(setup.backbone), _started(setup.writer if setup.writer is not setup.backbone else None):
         await preflight(setup, plan.run_trajectories, plan.run_instances, check=cfg.preflight,
                         warm_up=cfg.latency_mode)
@@ -219,6 +238,32 @@ async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
     if cfg.judge is not None:
         await judge_inline(cfg, setup, {i.key for i in plan.run_instances})
     return stats
+
+
+def _saved_code(run_dir: Path) -> Any:
+    """The ``code`` parts the run's ``config.json`` names (``None``: no such file or field)."""
+    try:
+        return json.loads((run_dir / "config.json").read_text()).get("code")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def refuse_other_code(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> None:
+    """Stop with one line when the shard's records or memory lines on disk were made by other code
+    than this job's (``run.code``; lines from before code identities count as other code)."""
+    keys = {i.key for i in plan.instances}
+    trajectories = {t.trajectory_id for t in plan.trajectories}
+    mine = setup.run_info["code"]
+    records = [r for k, r in latest_records(setup.run_dir / "records").items()
+               if k in keys and r["run"].get("code") != mine]
+    memory = [m for (t, _), m in newest_memory_lines(setup.run_dir / "memory").items()
+              if t in trajectories and m["run"].get("code") != mine]
+    if not records and not memory:
+        return
+    why = what_changed(_saved_code(setup.run_dir), code_parts(cfg))
+    raise ConfigError(f"{setup.run_dir} holds {len(records)} records and {len(memory)} memory lines of "
+                      f"{setup.shard_label} made by other code (code {(records or memory)[0]['run'].get('code')}, "
+                      f"now {mine}: {why}); new code is a new run (another output_root), or rerun=all redoes this one")
 
 
 async def _recorded_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tuple[RunStats, _Tally]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections.abc
 import difflib
 import hashlib
-import importlib
 import inspect
 import json
 import types
@@ -24,6 +23,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from apm.data.fingerprint import release_fingerprint
 from apm.records.naming import slug
+from apm.runner.code import target_module
 
 
 @dataclass
@@ -41,6 +41,15 @@ class FrameLayout(str, Enum):
     """The paper's: everything visible sampled uniformly to the budget, sent as one video."""
     session_stable = "session_stable"
     """Earlier sessions' frames fixed per session (one video), the current prefix append-only (stills)."""
+
+
+class Rerun(str, Enum):
+    """What ``rerun=`` runs again of what is on record (docs/records.md, "Crash safety and reruns")."""
+
+    errors = "errors"
+    """Instances and memory updates whose newest line has an ``error``."""
+    all = "all"
+    """Every instance and memory update of the job, whatever is on record and whichever code made it."""
 
 
 @dataclass
@@ -105,7 +114,11 @@ class RunConfig:
     frames: FramesConfig = field(default_factory=FramesConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     concurrency: int = 8
-    rerun_errors: bool = False
+    rerun: Rerun | None = None
+    """``errors``: run again what failed; ``all``: redo every instance and memory update of the job
+    (records made by other code are refused otherwise); ``None``: skip what is on record."""
+    rerun_errors: Any = None
+    """Replaced by ``rerun``; set, the job stops with one line saying so."""
     preflight: bool = True
     """Before the first instance: check each served engine's endpoint, key and model name, and send the
     shard's largest request with ``max_tokens=1``; a failure stops the job with one line."""
@@ -252,19 +265,10 @@ def check_arguments(node: Any, where: str) -> None:
 
 def _locate(path: str) -> Any:
     """The object a dotted ``_target_`` names: the longest importable module prefix, then attributes."""
-    parts = path.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        module = ".".join(parts[:cut])
-        try:
-            found: Any = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name is None or not f"{module}.".startswith(f"{e.name}."):
-                raise  # the module exists but needs one that is missing: say which
-            continue
-        for name in parts[cut:]:
-            found = getattr(found, name)
-        return found
-    raise ImportError(f"no module of {path!r} can be imported")
+    found = target_module(path)
+    for name in path.removeprefix(f"{found.__name__}.").split("."):
+        found = getattr(found, name)
+    return found
 
 
 def _parameters(target: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:

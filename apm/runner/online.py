@@ -32,7 +32,16 @@ from apm.data.model import Release, Session, Trajectory
 from apm.memory.base import MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
 from apm.prompts import turn_text
 from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
-from apm.records.lock import LockHeld, WriterLock, this_process
+from apm.records.lock import (
+    GROUP_SUFFIX,
+    GroupHeld,
+    LockHeld,
+    WriterLock,
+    held_elsewhere,
+    read_holder,
+    take_group,
+    this_process,
+)
 from apm.runner import latency
 from apm.runner.config import FrameLayout
 from apm.runner.context import Prepared
@@ -64,7 +73,8 @@ class RunSetup:
     """How each request's frames are chosen and sent (``frames.layout``)."""
     concurrency: int = 8
     shard_label: str = "shard-0-of-1"
-    rerun_errors: bool = False
+    rerun: str | None = None
+    """``errors``: what failed runs again; ``all``: everything does (``RunConfig.rerun``)."""
     wait_for_lock: bool = False
     """Whether a job on a shard another job holds waits for it, instead of stopping at once."""
     fail_fast: int = 3
@@ -203,11 +213,9 @@ async def _prebuild(cache: FrameCache, trajectories: list[Trajectory]) -> None:
         await asyncio.gather(*(loop.run_in_executor(pool, build, x) for t in trajectories for x in t.sessions))
 
 
-def memory_on_record(memory_dir: Path, rerun_errors: bool) -> dict[tuple[str, str], dict[str, Any]]:
-    """The newest memory line of each (trajectory, session) (``latest_by``); with ``rerun_errors``,
-    failed updates are left out, so they are done again."""
-    last = latest_by(read_folder(memory_dir), lambda m: (m["trajectory_id"], f"{m['day_id']}/{m['session_id']}"))
-    return {k: m for k, m in last.items() if not (rerun_errors and m.get("error"))}
+def newest_memory_lines(memory_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The newest memory line of each (trajectory, session) (``latest_by``), failed updates included."""
+    return latest_by(read_folder(memory_dir), lambda m: (m["trajectory_id"], f"{m['day_id']}/{m['session_id']}"))
 
 
 def recorded_lines(traj: Trajectory, memory_done: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
@@ -252,20 +260,45 @@ def busy_line(setup: RunSetup, holder: dict[str, Any] | None) -> str:
     return f"apm-run: {setup.shard_label} of {setup.run_dir} is being written by {who}; not starting a second writer"
 
 
+def shard_count(label: str) -> int:
+    """The shard count of a shard label (``shard-<i>-of-<n>`` → n)."""
+    return int(label.rsplit("-of-", 1)[1])
+
+
+def other_count_line(setup: RunSetup, held: GroupHeld) -> str:
+    """The refusal of a job whose shard count differs from that of the jobs writing the run dir now,
+    naming one of them (their shards' lock files say who they are)."""
+    count = held.path.name.removesuffix(GROUP_SUFFIX).removeprefix("count-")
+    locks = sorted(held.path.parent.glob(f"shard-*-of-{count}.lock"))
+    holder = next((read_holder(p) for p in locks if held_elsewhere(p)), None)
+    who = f"host {holder.get('host')} pid {holder.get('pid')}" if holder else "a job"
+    return (f"apm-run: {setup.run_dir} is being written by jobs of shard.count={count} ({who}); a job of "
+            f"shard.count={shard_count(setup.shard_label)} would share their trajectories' memory state; "
+            "not starting (run it once they have ended)")
+
+
 @contextmanager
 def holding_shard(setup: RunSetup) -> Iterator[None]:
-    """Hold the shard's lock (``locks/<shard>.lock``) while its records, memory lines and state are
-    written: a second job on the shard raises ``ShardBusy`` at once, or waits with ``wait_for_lock``."""
-    lock = WriterLock(setup.run_dir / "locks" / f"{setup.shard_label}.lock", lock_holder(), setup.wait_for_lock,
-                      reentrant=True)
+    """Hold the run dir for this job's shard count (``locks/count-<n>.group.lock``, shared by the jobs
+    of one count, refused to any other count) and the shard's lock (``locks/<shard>.lock``) while its
+    records, memory lines and state are written: a second job on the shard raises ``ShardBusy`` at
+    once, or waits with ``wait_for_lock``; a job of another shard count is refused at once."""
+    locks = setup.run_dir / "locks"
+    try:
+        count = take_group(locks, f"count-{shard_count(setup.shard_label)}")
+    except GroupHeld as held:
+        raise ShardBusy(other_count_line(setup, held)) from None
+    lock = WriterLock(locks / f"{setup.shard_label}.lock", lock_holder(), setup.wait_for_lock, reentrant=True)
     try:
         lock.acquire()
     except LockHeld as held:
+        count.release()
         raise ShardBusy(busy_line(setup, held.holder)) from None
     try:
         yield
     finally:
         lock.release()
+        count.release()
 
 
 class OnlineRun:
@@ -286,9 +319,14 @@ class OnlineRun:
 
     async def _run(self, trajectories: list[Trajectory], instances: list[Instance]) -> RunStats:
         s = self.setup
-        on_record = {k: rec for k, rec in latest_records(s.run_dir / "records").items()
-                     if not (s.rerun_errors and rec.get("error")) and not latency.needs_isolated(s, rec)}
-        memory_done = memory_on_record(s.run_dir / "memory", s.rerun_errors)
+        self._newest_records = latest_records(s.run_dir / "records")
+        self._newest_memory = newest_memory_lines(s.run_dir / "memory")
+        errors = s.rerun == "errors"
+        on_record = {k: rec for k, rec in self._newest_records.items()
+                     if not (errors and rec.get("error")) and not latency.needs_isolated(s, rec)}
+        memory_done = {k: m for k, m in self._newest_memory.items() if not (errors and m.get("error"))}
+        if s.rerun == "all":
+            on_record, memory_done = {}, {}
         by_session: dict[tuple[str, str], list[Instance]] = defaultdict(list)
         for inst in instances:
             by_session[(inst.trajectory_id, inst.session)].append(inst)
@@ -373,7 +411,7 @@ class OnlineRun:
             **facts,
             "state": state,
             "state_sha256": manifest_sha256(state),
-        })
+        }, supersedes=self._newest_memory.get((traj.trajectory_id, session.key)))
         self.stats.sessions_updated += 1
         return line
 
@@ -405,7 +443,7 @@ class OnlineRun:
 
     def _keep(self, record: dict[str, Any], response: Response) -> None:
         """Append an instance's record, count it and pass it on; stop when the endpoint keeps failing."""
-        self._records.append(record)
+        self._records.append(record, supersedes=self._newest_records.get(record["key"]))
         self.stats.new += 1
         self.stats.errors += record["error"] is not None
         if self.progress is not None:

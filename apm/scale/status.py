@@ -1,7 +1,7 @@
 """``apm-status RUN_ROOT``: per config and shard, instances done / total, errors, the job's state, ETA.
 
 A shard with every instance on record is ``done``, or ``done with errors`` when some of those records
-are errors (rerun them with ``rerun_errors=true``).
+are errors (rerun them with ``rerun=errors``).
 
 Progress comes from the records and each shard's ``plan.json``; the job's state from SLURM (``squeue``,
 ``sacct``) when it is there, else from the ledger the submitter and the runner write. So it works
@@ -54,7 +54,7 @@ class ShardStatus:
 
     @property
     def complete(self) -> bool:
-        """Every instance is on record (``done``, or ``done with errors``: rerun those with ``rerun_errors=true``)."""
+        """Every instance is on record (``done``, or ``done with errors``: rerun those with ``rerun=errors``)."""
         return self.state in (DONE, DONE_WITH_ERRORS)
 
     @property

@@ -111,7 +111,7 @@ class StreamingSystem(abc.ABC):
     @abc.abstractmethod
     async def export(self, state_dir: Path) -> dict[str, Any]:
         """Write the persistent state after the session into ``state_dir``; return facts for its memory
-        line (``{"error": why}`` among them when the update failed: ``rerun_errors=true`` redoes it)."""
+        line (``{"error": why}`` among them when the update failed: ``rerun=errors`` redoes it)."""
 
 
 def own_turns(turns: Iterable[Turn], probe: Probe) -> list[Turn]:

@@ -1,0 +1,120 @@
+"""The code that produces a run's answers, named by its content (docs/records.md, "Code identity").
+
+``apm`` itself is named by its version and a digest of its answer-path source files (every file of
+the subpackages below, whatever git says), so an editable checkout with uncommitted edits, a commit
+and a wheel of the same sources are named alike and any edit is a new name. Each module outside
+those that a ``_target_`` of the memory, backbone or writer names (a plug-in protocol, a test's
+backbone) is named by a digest of its file. Records and memory lines carry the short identity
+(``run.code``); ``config.json`` keeps the parts, so a refusal can say what changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+ANSWER_PATH = ("backbones", "data", "memory", "prompts", "records", "runner", "streaming", "video")
+"""The subpackages of ``apm`` on the way from a release to a record; judging, reducing, publishing,
+viewing, scheduling and release synthesis come after a record or before the release fingerprint."""
+TARGET_KEYS = ("memory", "backbone", "writer")
+"""Config keys whose ``_target_`` classes produce the answers and memory (the judge's do not)."""
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _source_files() -> list[Path]:
+    """Every file of the answer-path subpackages, compiled caches left out, in a fixed order."""
+    return sorted(p for sub in ANSWER_PATH for p in (_PACKAGE / sub).rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+
+
+@functools.cache
+def apm_code() -> dict[str, Any]:
+    """``apm``'s version and the digest of its answer-path sources (relative path and bytes of each)."""
+    digest = hashlib.sha256()
+    for path in _source_files():
+        digest.update(path.relative_to(_PACKAGE).as_posix().encode() + b"\0" + _file_digest(path).encode())
+    try:
+        version: str | None = metadata.version("apm")
+    except metadata.PackageNotFoundError:
+        version = None
+    return {"version": version, "source_sha256": digest.hexdigest()}
+
+
+def _targets(node: Any) -> list[str]:
+    """Every ``_target_`` in a plain config node, nested ones included."""
+    if isinstance(node, dict):
+        own = [node["_target_"]] if isinstance(node.get("_target_"), str) else []
+        return own + [t for value in node.values() for t in _targets(value)]
+    if isinstance(node, list):
+        return [t for value in node for t in _targets(value)]
+    return []
+
+
+def target_module(path: str) -> Any:
+    """The module a dotted ``_target_`` lives in: the longest prefix that imports."""
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:cut])
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not f"{name}.".startswith(f"{e.name}."):
+                raise  # the module exists but needs one that is missing: say which
+    raise ImportError(f"no module of {path!r} can be imported")
+
+
+def _covered(path: Path) -> bool:
+    """Whether ``apm_code``'s digest already covers this file."""
+    return any(path.is_relative_to(_PACKAGE / sub) for sub in ANSWER_PATH)
+
+
+def module_digests(cfg: DictConfig) -> dict[str, str]:
+    """``{module: sha256 of its file}`` for each module a ``_target_`` of the run's config names outside
+    ``apm``'s answer path (read now, so an edit between two runs of one process counts)."""
+    found: dict[str, str] = {}
+    nodes = [OmegaConf.to_container(node, resolve=True) if isinstance(node := cfg.get(key), DictConfig) else node
+             for key in TARGET_KEYS]
+    for target in sorted({t for node in nodes for t in _targets(node)}):
+        module = target_module(target)
+        file = getattr(module, "__file__", None)
+        if file and not _covered(Path(file).resolve()):
+            found[module.__name__] = _file_digest(Path(file))
+    return found
+
+
+def code_parts(cfg: DictConfig) -> dict[str, Any]:
+    """What ``config.json`` keeps under ``code``: ``apm`` (version, source digest) and ``modules``."""
+    return {"apm": apm_code(), "modules": module_digests(cfg)}
+
+
+def code_identity(parts: dict[str, Any]) -> str:
+    """The short identity of :func:`code_parts` (12 hex characters), carried by every line as ``run.code``."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def what_changed(before: dict[str, Any] | None, now: dict[str, Any]) -> str:
+    """The parts of the code that differ, in words: ``apm source``, ``apm 0.3 → 0.4``, ``module x``."""
+    if not isinstance(before, dict):
+        return "its config.json names no code"
+    said = []
+    old_apm, new_apm = before.get("apm") or {}, now["apm"]
+    if old_apm.get("version") != new_apm["version"]:
+        said.append(f"apm {old_apm.get('version')} → {new_apm['version']}")
+    if old_apm.get("source_sha256") != new_apm["source_sha256"]:
+        said.append("apm source")
+    old_modules, new_modules = before.get("modules") or {}, now["modules"]
+    said += [f"module {m}" for m in sorted(set(old_modules) | set(new_modules))
+             if old_modules.get(m) != new_modules.get(m)]
+    return ", ".join(f"{s} changed" for s in said) or "the records name other code than config.json"
