@@ -61,7 +61,7 @@ def test_each_shard_job_writes_its_own_manifest_of_what_produced_the_records(two
         assert m["accelerator"] is None or all(isinstance(name, str) and name for name in m["accelerator"])
         assert m["config_hash"] == config["config_hash"]
         assert m["release_fingerprint"] == release_fingerprint(tiny) == config["release_fingerprint"]
-        assert m["prompt_version"] == PROMPT_VERSION
+        assert m["prompt_version"] == PROMPT_VERSION and m["code"] == config["code_identity"]
         assert m["slurm"] == {"job_id": "4242", "array_job_id": "4240", "array_task_id": "2"}
 
 

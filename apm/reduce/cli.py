@@ -15,7 +15,7 @@ from apm.publish.wandb_runs import PublishOptions, publish
 from apm.records.atomic import OutputRefused, claim_output, replaced_output, write_json_atomically
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
-from apm.reduce.load import RunSet, load_runs
+from apm.reduce.load import MixedReleases, RunSet, load_runs, one_release
 from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import judge_note, read_scores, score_table, unjudged_probes
@@ -97,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         claim_output(args.out, PROG)
         runs = load_runs(args.runs, args.judge, args.rubric) if args.runs else None
+        if runs is not None:
+            one_release(runs.records)
         unjudged = unjudged_probes(runs.records, runs.judgements) if runs is not None else 0
         if unjudged and not args.allow_unjudged:
             print(f"apm-reduce: {unjudged} gate-passing adaptive probe(s) have no judgement; run apm-judge on "
@@ -111,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except FileNotFoundError as e:
         print(f"apm-reduce: no such run directory: {e.filename or e}", file=sys.stderr)
+        return 2
+    except MixedReleases as e:
+        print(f"apm-reduce: {e}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"apm-reduce: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)

@@ -7,6 +7,7 @@ for duplicate keys the newest line wins (greatest ``revision``, then ``written_n
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -21,12 +22,15 @@ from apm.records.lines import Kind, Skipped, read_lines
 METHOD = ["dataset", "memory", "backbone", "config_hash"]
 """Columns of a method: its config hash is its identity; the display names ride along (a hash fixes them)."""
 
+RELEASE = "release_fingerprint"
+"""Column of the release a line's run answered (its ``run`` block, else the run dir's ``config.json``)."""
+
 CONFIG = ["memory_config", "backbone_config", "memory_variant", "backbone_variant", "streaming", "persistent"]
 """Per record, the method's config-group choices, the settings differing from their defaults
 (``recent_frames=8, …``; the summary writer's settings count as the memory's, ``writer.…``) and
 what its memory declares it supports (``True``/``False``; empty for runs that predate it)."""
 
-_CATEGORICAL = METHOD + CONFIG + [
+_CATEGORICAL = METHOD + [RELEASE] + CONFIG + [
     "trajectory_id", "candidate_id", "task", "family", "polarity", "parse_status", "decision", "answer",
     "judge",
 ]
@@ -78,7 +82,7 @@ def _capability(name: str) -> Callable[[Row], str]:
     return declared
 
 
-_RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in METHOD] + [
+_RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in [*METHOD, RELEASE]] + [
     ("memory_config", _choice("memory")), ("backbone_config", _choice("backbone")),
     ("memory_variant", _variant("memory", "writer")), ("backbone_variant", _variant("backbone")),
     ("streaming", _capability("streaming")), ("persistent", _capability("persistent")),
@@ -153,6 +157,37 @@ def _frame(rows: Sequence[Row], fields: Sequence[Field]) -> pd.DataFrame:
     return pd.DataFrame({name: [get(r) for r in rows] for name, get in fields})
 
 
+def _with_saved_release(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """Lines whose ``run`` block names no release (written before it did) get their run dir's, from
+    ``config.json`` beside the ``<kind>/`` folder, where it says one."""
+    if RELEASE not in frame.columns or frame[RELEASE].notna().all():
+        return frame
+    try:
+        saved = json.loads((path.parent.parent / "config.json").read_text()).get(RELEASE)
+    except (OSError, ValueError, AttributeError):
+        saved = None
+    return frame.assign(**{RELEASE: frame[RELEASE].where(frame[RELEASE].notna(), saved)})
+
+
+class MixedReleases(ValueError):
+    """Runs of different releases asked to be compared; the message names each release's methods."""
+
+
+def one_release(records: pd.DataFrame, what: str = "the runs") -> None:
+    """Refuse (``MixedReleases``) records of more than one release fingerprint: their keys name
+    different questions, so no table or pairing of them means anything. Lines whose release is
+    unknown (no fingerprint on the line or in ``config.json``) are not checked."""
+    known = records.dropna(subset=[RELEASE])
+    methods = known.groupby(RELEASE, observed=True)["config_hash"].unique()
+    if len(methods) < 2:
+        return
+    named = "; ".join(f"release {release}: {', '.join(sorted(map(str, hashes))[:3])}"
+                      + (f" and {len(hashes) - 3} more" if len(hashes) > 3 else "")
+                      for release, hashes in methods.items())
+    raise MixedReleases(f"{what} answered {len(methods)} different releases ({named}; methods by config hash); "
+                        "reduce or compare the runs of one release at a time")
+
+
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
     """Categorical keys, nullable booleans and float timings: compact and fast to group."""
     out = df.copy()
@@ -183,7 +218,7 @@ def _read(
 ) -> pd.DataFrame:
     """All lines of one kind under ``paths`` as one typed DataFrame (empty, with columns, if none)."""
     dropped = [] if skipped is None else skipped
-    frames = [_frame(_parse(f, kind, dropped), fields) for f in _files(paths, kind)]
+    frames = [_with_saved_release(_frame(_parse(f, kind, dropped), fields), f) for f in _files(paths, kind)]
     frames = [f for f in frames if len(f)]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[n for n, _ in fields])
     return _typed(df)

@@ -313,9 +313,10 @@ class _Tally:
 
 
 def job_identity(cfg: DictConfig, setup: RunSetup) -> dict[str, Any]:
-    """What a job's manifest says it ran: its shard, the config hash, the release and the prompts."""
+    """What a job's manifest says it ran: its shard, the config hash, the release, the code and the prompts."""
     return {"shard": setup.shard_label, "config_hash": setup.run_info["config_hash"],
-            "release_fingerprint": release_fingerprint(cfg.dataset.root), "prompt_version": PROMPT_VERSION}
+            "release_fingerprint": release_fingerprint(cfg.dataset.root), "code": setup.run_info["code"],
+            "prompt_version": PROMPT_VERSION}
 
 
 async def judge_inline(cfg: DictConfig, setup: RunSetup, keys: set[str]) -> None:
