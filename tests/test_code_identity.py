@@ -1,6 +1,6 @@
 """Code is identity (issue 19): records name the code that made them; a rerun with other code is
-refused in one line (``rerun=all`` redoes the run); ``rerun_errors`` is refused with the key that
-replaced it."""
+refused in one line (``rerun=all`` redoes what other code made); ``rerun_errors`` is refused with the
+key that replaced it."""
 
 from __future__ import annotations
 
@@ -78,8 +78,25 @@ def test_an_edited_plugin_module_is_refused_until_rerun_all(tiny, tmp_path):
     now = json.loads((run_dir / "config.json").read_text())["code_identity"]
     assert now != saved["code_identity"]
     assert {r["run"]["code"] for r in latest_records(run_dir / "records").values()} == {now}
-    again = _apm_run(tiny, tmp_path)
-    assert again.returncode == 0 and f"{len(before)} already on record, 0 new" in again.stdout, again.stderr
+    for repeated in ("rerun=all", None):  # a requeued rerun=all resumes; then a plain run finds it done
+        again = _apm_run(tiny, tmp_path, *([repeated] if repeated else []))
+        assert again.returncode == 0 and f"{len(before)} already on record, 0 new" in again.stdout, again.stderr
+
+
+def test_rerun_all_redoes_only_what_other_code_made(tiny, tmp_path):
+    """A ``rerun=all`` stopped after part of the run (here: a try of 5) and run again redoes the rest only."""
+    (tmp_path / "plugins").mkdir()
+    module = tmp_path / "plugins" / "mybackbone.py"
+    module.write_text(PLUGIN)
+    assert _apm_run(tiny, tmp_path).returncode == 0
+    total = len(latest_records(_run_dir(tmp_path) / "records"))
+    module.write_text(PLUGIN + "\n# edited\n")
+    part = _apm_run(tiny, tmp_path, "rerun=all", "dataset.limit=5")
+    assert part.returncode == 0 and "0 already on record, 5 new" in part.stdout, part.stdout
+    refused = _apm_run(tiny, tmp_path)
+    assert refused.returncode != 0 and f"holds {total - 5} records" in refused.stderr, refused.stderr
+    rest = _apm_run(tiny, tmp_path, "rerun=all")
+    assert rest.returncode == 0 and f"5 already on record, {total - 5} new" in rest.stdout, rest.stdout
 
 
 def test_an_edit_of_apm_answer_path_changes_its_identity(tmp_path, monkeypatch):

@@ -214,9 +214,10 @@ def test_jobs_of_two_shard_counts_at_once_leave_a_single_runs_memory(tiny, tmp_p
     line = said[refused[0]].strip().splitlines()[-1]
     assert f"jobs of shard.count={winner} (host {socket.gethostname()} pid {jobs[winner].pid})" in line, line
     assert f"a job of shard.count={refused[0]}" in line, line
+    run_dir = next(out.rglob("config.json")).parent
+    assert not (run_dir / "jobs" / f"shard-0-of-{refused[0]}").exists()  # the refused job left nothing
     for index in range(1, winner):
         run(compose_run(tiny, out, cache, [*RACE, f"shard.count={winner}", f"shard.index={index}"]))
-    run_dir = next(out.rglob("config.json")).parent
     memory, shown, lines = _memory_and_records(run_dir)
     assert memory == single_run[0]
     assert shown == single_run[1]

@@ -49,7 +49,8 @@ class Rerun(str, Enum):
     errors = "errors"
     """Instances and memory updates whose newest line has an ``error``."""
     all = "all"
-    """Every instance and memory update of the job, whatever is on record and whichever code made it."""
+    """Those, and every instance and memory update whose newest line other code made (a code change:
+    all of them; run again, what this code has made already is kept)."""
 
 
 @dataclass
@@ -115,8 +116,8 @@ class RunConfig:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     concurrency: int = 8
     rerun: Rerun | None = None
-    """``errors``: run again what failed; ``all``: redo every instance and memory update of the job
-    (records made by other code are refused otherwise); ``None``: skip what is on record."""
+    """``errors``: run again what failed; ``all``: that and every instance and memory update made by
+    other code (which is refused otherwise); ``None``: skip what is on record."""
     rerun_errors: Any = None
     """Replaced by ``rerun``; set, the job stops with one line saying so."""
     preflight: bool = True

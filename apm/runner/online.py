@@ -74,7 +74,7 @@ class RunSetup:
     concurrency: int = 8
     shard_label: str = "shard-0-of-1"
     rerun: str | None = None
-    """``errors``: what failed runs again; ``all``: everything does (``RunConfig.rerun``)."""
+    """``errors``: what failed runs again; ``all``: that and whatever other code made (``RunConfig.rerun``)."""
     wait_for_lock: bool = False
     """Whether a job on a shard another job holds waits for it, instead of stopping at once."""
     fail_fast: int = 3
@@ -321,12 +321,9 @@ class OnlineRun:
         s = self.setup
         self._newest_records = latest_records(s.run_dir / "records")
         self._newest_memory = newest_memory_lines(s.run_dir / "memory")
-        errors = s.rerun == "errors"
         on_record = {k: rec for k, rec in self._newest_records.items()
-                     if not (errors and rec.get("error")) and not latency.needs_isolated(s, rec)}
-        memory_done = {k: m for k, m in self._newest_memory.items() if not (errors and m.get("error"))}
-        if s.rerun == "all":
-            on_record, memory_done = {}, {}
+                     if not self._redo(rec) and not latency.needs_isolated(s, rec)}
+        memory_done = {k: m for k, m in self._newest_memory.items() if not self._redo(m)}
         by_session: dict[tuple[str, str], list[Instance]] = defaultdict(list)
         for inst in instances:
             by_session[(inst.trajectory_id, inst.session)].append(inst)
@@ -346,6 +343,14 @@ class OnlineRun:
             self._records.close()
             self._memory.close()
         return self.stats
+
+    def _redo(self, line: dict[str, Any]) -> bool:
+        """Whether ``rerun`` runs a line's instance or update again: ``errors``, a line with an error;
+        ``all``, that too and any line made by other code (``run.code``), so a requeued or repeated
+        ``rerun=all`` resumes what it has redone instead of starting over."""
+        s = self.setup
+        failed = s.rerun in ("errors", "all") and line.get("error") is not None
+        return failed or (s.rerun == "all" and line["run"].get("code") != s.run_info.get("code"))
 
     async def _trajectory(self, traj: Trajectory, by_session, on_record: dict, memory_done: dict) -> None:
         s = self.setup

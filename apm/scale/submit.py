@@ -2,10 +2,10 @@
 
 The sweep is expanded as Hydra's basic sweeper expands it (``hydra.sweeper.params`` of an experiment
 preset first, then the command line); a config without ``shard.index`` becomes one job per shard of
-its ``shard.count``. Shards already done, or with a job still pending or running, are skipped, so
-resubmitting the same command finishes only what is missing. Each array task runs ``apm-run`` with
-its overrides in-process and, on SLURM's warning signal or a time-out, is requeued (``checkpoint``)
-and resumes from its records. The launcher settings are the ``hydra/launcher`` preset's.
+its ``shard.count``. Shards already done (unless the sweep reruns: ``rerun=errors|all``), or with a
+job still pending or running, are skipped, so resubmitting the same command finishes only what is
+missing. Each array task runs ``apm-run`` with its overrides in-process and, on SLURM's warning
+signal or a time-out, is requeued (``checkpoint``) and resumes from its records. The launcher settings are the ``hydra/launcher`` preset's.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class ShardJob:
     overrides: tuple[str, ...]
     run_dir: Path
     shard: str
+    reruns: bool = False
+    """Whether the job runs ``rerun=errors|all``, so a shard whose instances are all on record is not done."""
 
 
 class RunShard:
@@ -96,7 +98,8 @@ def expand(overrides: Sequence[str]) -> tuple[list[ShardJob], dict[str, Any]]:
         indices = [cfg.shard.index] if given else range(cfg.shard.count)
         for i in indices:
             extra = [] if given else [f"shard.index={i}"]
-            jobs.append(ShardJob(tuple(combo + extra), run_dir_of(cfg), f"shard-{i}-of-{cfg.shard.count}"))
+            jobs.append(ShardJob(tuple(combo + extra), run_dir_of(cfg), f"shard-{i}-of-{cfg.shard.count}",
+                                 cfg.rerun is not None))
     return jobs, launcher
 
 
@@ -115,7 +118,8 @@ def make_executor(launcher: dict[str, Any]) -> Any:
 
 
 def pending(jobs: list[ShardJob]) -> tuple[list[ShardJob], list[tuple[ShardJob, str]]]:
-    """Split jobs into those to submit and those to skip (with why: done, or still queued/running)."""
+    """Split jobs into those to submit and those to skip (with why: done — unless the job reruns — or
+    still queued/running)."""
     ids = [last_job_id(ledger.read_events(j.run_dir, j.shard)) or "" for j in jobs]
     states = scheduler.states(ids)
     todo, skipped = [], []
@@ -123,7 +127,7 @@ def pending(jobs: list[ShardJob]) -> tuple[list[ShardJob], list[tuple[ShardJob, 
     for job in jobs:
         counts.setdefault(job.run_dir, record_counts(job.run_dir))
         status = shard_status(job.run_dir, job.run_dir, job.shard, *counts[job.run_dir], states, 0.0)
-        if status.complete or status.active:
+        if status.active or (status.complete and not job.reruns):
             skipped.append((job, status.state))
         else:
             todo.append(job)
