@@ -3,6 +3,7 @@
 The kernel releases a ``flock`` when its holder's process ends, however it ends (SIGKILL, OOM, a
 node's requeue), so a lock file left by a dead job is taken over by the next one without any pid or
 age check; the content (host, pid, job id, since when) only tells a refused writer who holds it.
+A group lock (``take_group``) lets any number of writers of one group in at a time, never two groups.
 """
 
 from __future__ import annotations

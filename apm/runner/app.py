@@ -119,7 +119,7 @@ def check_config(cfg: DictConfig) -> None:
     variable an engine names is set (a judge's too, though it runs only after the run)."""
     if cfg.get("rerun_errors") is not None:
         raise ConfigError("rerun_errors: replaced by rerun=errors (run again what failed) or rerun=all "
-                          "(redo every instance and memory update)")
+                          "(that, and redo what other code made)")
     for key in ENGINE_KEYS:
         if "api_key" in (cfg.get(key) or {}):
             raise ConfigError(f"{key}.api_key: a key is never written in a config; export it and name the variable "

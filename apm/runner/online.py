@@ -43,7 +43,7 @@ from apm.records.lock import (
     this_process,
 )
 from apm.runner import latency
-from apm.runner.config import FrameLayout
+from apm.runner.config import FrameLayout, Rerun
 from apm.runner.context import Prepared
 from apm.runner.ledger import scheduler_job_id
 from apm.runner.outcome import apply_gate
@@ -73,7 +73,7 @@ class RunSetup:
     """How each request's frames are chosen and sent (``frames.layout``)."""
     concurrency: int = 8
     shard_label: str = "shard-0-of-1"
-    rerun: str | None = None
+    rerun: Rerun | None = None
     """``errors``: what failed runs again; ``all``: that and whatever other code made (``RunConfig.rerun``)."""
     wait_for_lock: bool = False
     """Whether a job on a shard another job holds waits for it, instead of stopping at once."""
@@ -349,8 +349,8 @@ class OnlineRun:
         ``all``, that too and any line made by other code (``run.code``), so a requeued or repeated
         ``rerun=all`` resumes what it has redone instead of starting over."""
         s = self.setup
-        failed = s.rerun in ("errors", "all") and line.get("error") is not None
-        return failed or (s.rerun == "all" and line["run"].get("code") != s.run_info.get("code"))
+        failed = s.rerun in (Rerun.errors, Rerun.all) and line.get("error") is not None
+        return failed or (s.rerun == Rerun.all and line["run"].get("code") != s.run_info.get("code"))
 
     async def _trajectory(self, traj: Trajectory, by_session, on_record: dict, memory_done: dict) -> None:
         s = self.setup
