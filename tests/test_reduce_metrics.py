@@ -66,6 +66,9 @@ def test_columns(scores: pd.DataFrame) -> None:
         "n_unjudged",
         "ci_low",
         "ci_high",
+        "n_planned",
+        "coverage",
+        "coverage_gap",
     ]
     assert set(scores["judge"]) == {"judge-x", ""}
 

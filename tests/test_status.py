@@ -96,5 +96,6 @@ def test_shard_without_plan_counts_its_own_records(tmp_path, monkeypatch):
     records = tmp_path / "run" / "records"
     records.mkdir(parents=True)
     (records / "shard-0-of-2.jsonl").write_text(2 * (json.dumps(record("T0/a/query")) + "\n"))
-    (row,) = status.sweep_status(tmp_path)
+    row, other = status.sweep_status(tmp_path)
     assert (row.shard, row.done, row.total, row.duplicates, row.state) == ("shard-0-of-2", 1, None, 1, "not started")
+    assert (other.shard, other.state, other.failed) == ("shard-1-of-2", "missing", True)  # never started

@@ -73,13 +73,22 @@ def method_tags(config: dict[str, Any]) -> list[str]:
     return tags + (["reference"] if is_reference(config["memory"], config["backbone"]) else [])
 
 
-def metric_summary(m: Method) -> dict[str, float | None]:
+def coverage_summary(scores: pd.DataFrame) -> dict[str, Any]:
+    """The method's coverage of its plan (docs/scores.md, "Coverage"): ``n_planned``, ``coverage``
+    (None: no plan), ``partial`` and ``coverage_gap`` (what is missing; '' when complete)."""
+    first = scores.iloc[0] if len(scores) else pd.Series(dtype=object)
+    gap = str(first.get("coverage_gap") or "")
+    return {"n_planned": number(first.get("n_planned")), "coverage": number(first.get("coverage")),
+            "partial": bool(gap), "coverage_gap": gap}
+
+
+def metric_summary(m: Method) -> dict[str, Any]:
     """The paper's metrics as ``<metric>/<task>`` keys (``task_score/ER``, ``overall/all``,
     ``ea_accuracy/EA``, ``storage_bytes_per_hour/all``, ``ttft_s/all``, …), plus the unjudged probes
-    that withhold judged metrics (None)."""
+    that withhold judged metrics (None) and the method's coverage (:func:`coverage_summary`)."""
     s = m.scores
     values = {f"{metric}/{task}": number(v) for metric, task, v in zip(s["metric"], s["task"], s["value"])}
-    return {**values, "unjudged": unjudged_probes(m.records, m.judgements)}
+    return {**values, "unjudged": unjudged_probes(m.records, m.judgements), **coverage_summary(s)}
 
 
 def run_summary(m: Method) -> dict[str, Any]:

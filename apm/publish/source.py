@@ -99,7 +99,7 @@ def read_methods(run_dir: Path, judge: str | None, rubric: str | None, seed: int
     runs = load_runs([run_dir], judge, rubric, detail=True)
     if runs.records.empty:
         return []
-    scores = score_table(runs.records, runs.judgements, runs.memory, seed, reps)
+    scores = score_table(runs.records, runs.judgements, runs.memory, seed, reps, runs.plans)
     hashes = set(runs.records["config_hash"].astype("str"))
     blocks, saved, notes = run_blocks(run_dir, hashes), saved_config(run_dir), judge_notes(run_dir)
     return [

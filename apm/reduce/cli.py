@@ -9,6 +9,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import pandas as pd
+
 from apm.publish.report import log_summary
 from apm.publish.source import default_group, run_dirs
 from apm.publish.wandb_runs import PublishOptions, publish
@@ -19,7 +21,7 @@ from apm.reduce.load import MixedReleases, RunSet, load_runs, one_release
 from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import judge_note, read_scores, score_table, unjudged_probes
-from apm.reduce.tables import write_tables
+from apm.reduce.tables import coverage_gaps, method_rows, write_tables
 
 PROG = "apm-reduce"
 
@@ -36,6 +38,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", nargs=2, type=Path, metavar=("RUN_A", "RUN_B"), help="paired bootstrap B − A")
     p.add_argument("--allow-unjudged", action="store_true",
                    help="reduce although gate-passing adaptive probes have no judgement ('–' in those cells)")
+    p.add_argument("--complete", action="store_true",
+                   help="refuse (exit 2, nothing written) when any method's records do not cover its plan")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
     p.add_argument("--wandb", action="store_true",
                    help="publish W&B runs as apm-publish does (one per method and stage) and the report's run")
@@ -47,11 +51,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _report(args: argparse.Namespace, runs: RunSet | None, out: Path) -> list[str]:
+def coverage_warnings(scores: pd.DataFrame) -> list[str]:
+    """One line per method whose records do not cover its plan, or that has no plan to compare with."""
+    labels = method_rows(scores).drop_duplicates("config_hash").set_index("config_hash")["method"].astype(str)
+    gaps = coverage_gaps(scores)
+    unplanned = scores.loc[scores["n_planned"].isna(), "config_hash"].astype(str).unique()
+    return [f"apm-reduce: {labels.get(h, h)} [{h}]: {gap}" for h, gap in sorted(gaps.items())] + [
+        f"apm-reduce: {labels.get(h, h)} [{h}]: coverage unknown (no jobs/*/plan.json with its run dir's config.json)"
+        for h in sorted(unplanned)
+    ]
+
+
+def _report(args: argparse.Namespace, runs: RunSet | None, scores: pd.DataFrame | None, out: Path) -> list[str]:
     """Write the whole report into ``out``; returns the lines to print once it is in place."""
     said = []
-    if runs is not None:
-        scores = score_table(runs.records, runs.judgements, runs.memory, args.seed, args.bootstrap)
+    if runs is not None and scores is not None:
         scores.to_csv(out / "scores.csv", index=False)
         tables = write_tables(scores, out / "tables", judge_note(runs.judgements))
         figures = [] if args.no_figures else write_figures(scores, out / "figures")
@@ -104,8 +118,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"apm-reduce: {unjudged} gate-passing adaptive probe(s) have no judgement; run apm-judge on "
                   "these run dirs first (or pass --allow-unjudged to show – for the affected scores)", file=sys.stderr)
             return 2
+        scores = None if runs is None else score_table(runs.records, runs.judgements, runs.memory, args.seed,
+                                                       args.bootstrap, runs.plans)
+        gaps = [] if scores is None else coverage_warnings(scores)
+        for line in gaps:
+            print(line, file=sys.stderr)
+        if gaps and args.complete:
+            print(f"apm-reduce: --complete: {len(gaps)} method(s) do not cover their plan (above); nothing written",
+                  file=sys.stderr)
+            return 2
         with replaced_output(args.out, PROG, later=["wandb"]) as out:  # a kill or a full disk: the previous report
-            said = _report(args, runs, out)
+            said = _report(args, runs, scores, out)
         if args.wandb and runs is not None:  # after the swap: offline W&B folders must stay where written
             said += _wandb(args)
     except OutputRefused as e:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from apm.records.judging import needs_judge, response_digest
 from apm.records.lines import Kind, Skipped, read_lines
+from apm.reduce.coverage import PlanFile, read_plans
 
 METHOD = ["dataset", "memory", "backbone", "config_hash"]
 """Columns of a method: its config hash is its identity; the display names ride along (a hash fixes them)."""
@@ -125,8 +126,8 @@ JUDGEMENT_FIELDS: list[Field] = _RUN_FIELDS + [
     )
 ]
 MEMORY_FIELDS: list[Field] = _RUN_FIELDS + [
-    (c, _get(c)) for c in ("trajectory_id", "session_index", "bytes", "prior_hours", "update_s", "written_ns",
-                         "revision")
+    (c, _get(c))
+    for c in ("trajectory_id", "session_index", "bytes", "prior_hours", "update_s", "error", "written_ns", "revision")
 ]
 
 
@@ -279,23 +280,30 @@ def load_memory(paths: Iterable[str | Path], skipped: list[Skipped] | None = Non
     return latest(df, ["config_hash", "trajectory_id", "session_index"])
 
 
+def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Every run directory (a folder with a ``records/`` folder) at or below ``paths``, sorted."""
+    found = {p.parent.resolve() for root in map(Path, paths) for p in root.rglob("records") if p.is_dir()}
+    return sorted(found)
+
+
 @dataclass(frozen=True)
 class RunSet:
-    """Everything one reduction reads: records, the selected judgements and memory lines, and the
-    lines it left out (with ``file:line: reason``)."""
+    """Everything one reduction reads: records, the selected judgements and memory lines, the
+    lines it left out (with ``file:line: reason``) and the shards' plans (what coverage is measured against)."""
 
     records: pd.DataFrame
     judgements: pd.DataFrame
     memory: pd.DataFrame
     skipped: tuple[Skipped, ...] = ()
+    plans: tuple[PlanFile, ...] = ()
 
 
 def load_runs(
     paths: Iterable[str | Path], judge: str | None = None, rubric_version: str | None = None, detail: bool = False
 ) -> RunSet:
-    """Records, judgements (selected as in :func:`load_judgements`) and memory lines under ``paths``."""
+    """Records, judgements (selected as in :func:`load_judgements`), memory lines and plans under ``paths``."""
     paths = list(paths)
     skipped: list[Skipped] = []
     records = load_records(paths, detail, skipped)
     judgements = load_judgements(paths, judge, rubric_version, records, skipped)
-    return RunSet(records, judgements, load_memory(paths, skipped), tuple(skipped))
+    return RunSet(records, judgements, load_memory(paths, skipped), tuple(skipped), read_plans(run_dirs(paths)))

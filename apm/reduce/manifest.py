@@ -18,16 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from apm.reduce.load import RunSet
+from apm.reduce.load import RunSet, run_dirs
 
 SHOWN_SKIPPED = 100
 """How many skipped lines the manifest lists one by one (all are counted)."""
-
-
-def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
-    """Every run directory (a folder with a ``records/`` folder) at or below ``paths``, sorted."""
-    found = {p.parent.resolve() for root in map(Path, paths) for p in root.rglob("records") if p.is_dir()}
-    return sorted(found)
 
 
 def _json(path: Path) -> Any:

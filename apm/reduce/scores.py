@@ -11,15 +11,16 @@ import pandas as pd
 
 from apm.data.tasks import EA, TASKS
 from apm.reduce import bootstrap
+from apm.reduce.coverage import UNKNOWN, Coverage, PlanFile, coverage_by_method
 from apm.reduce.load import CONFIG, METHOD
 from apm.reduce.metrics import ANSWERED_SUFFIX, MEANS, POOLED, STORAGE, MeanOf, Metric, task_metrics
 from apm.reduce.units import ALL, candidate_units, trajectory_units
 
 SCORE_COLUMNS = [
     *METHOD, *CONFIG, "judge", "metric", "task", "value", "n", "n_error", "n_unparsed", "n_unjudged",
-    "ci_low", "ci_high",
+    "ci_low", "ci_high", "n_planned", "coverage", "coverage_gap",
 ]
-COUNT_COLUMNS = ["n", "n_error", "n_unparsed", "n_unjudged"]
+COUNT_COLUMNS = ["n", "n_error", "n_unparsed", "n_unjudged", "n_planned"]
 TASK_ORDER = TASKS + (EA,)
 
 ANSWERED = frozenset(
@@ -113,7 +114,7 @@ def evaluate(samples: Mapping[str, Sample]) -> list[Estimate]:
     """
     out = [estimate(m, task, s) for task, s in samples.items() for m in task_metrics(task)]
     for pool in POOLED:
-        parts = [s for task, s in samples.items() if pool.tasks is None or task in pool.tasks]
+        parts = [s for task, s in samples.items() if task in pool.tasks]
         if parts:
             pooled = sum(parts[1:], parts[0])
             out += [estimate(m, pool.label, pooled) for m in pool.metrics]
@@ -189,28 +190,32 @@ def method_info(records: pd.DataFrame) -> pd.DataFrame:
 
 def read_scores(path: str | Path) -> pd.DataFrame:
     """Read a ``scores.csv`` back: names such as ``none`` or ``NA`` stay strings, empty CIs are NaN."""
-    numeric = {c: [""] for c in ("value", "ci_low", "ci_high", *COUNT_COLUMNS)}
+    numeric = {c: [""] for c in ("value", "ci_low", "ci_high", "coverage", *COUNT_COLUMNS)}
     return pd.read_csv(path, keep_default_na=False, na_values=numeric)
 
 
-def _rows(config: pd.Series, judge: str, estimates: Sequence[Estimate]) -> list[tuple]:
+def _rows(config: pd.Series, judge: str, covered: Coverage, estimates: Sequence[Estimate]) -> list[tuple]:
     head = [config[c] for c in METHOD[:-1]] + [config.name] + [config[c] for c in CONFIG]
+    tail = (covered.planned, covered.fraction, covered.note)
     return [
-        (*head, judge, e.metric, e.task, e.value, e.n, e.n_error, e.n_unparsed, e.n_unjudged, *e.interval())
+        (*head, judge, e.metric, e.task, e.value, e.n, e.n_error, e.n_unparsed, e.n_unjudged, *e.interval(), *tail)
         for e in estimates
     ]
 
 
 def score_table(
-    records: pd.DataFrame, judgements: pd.DataFrame, memory: pd.DataFrame, seed: int = 0, reps: int = 1000
+    records: pd.DataFrame, judgements: pd.DataFrame, memory: pd.DataFrame, seed: int = 0, reps: int = 1000,
+    plans: Sequence[PlanFile] = (),
 ) -> pd.DataFrame:
     """The long ``scores.csv`` table (:data:`SCORE_COLUMNS`) for every method in the inputs.
 
     Every metric in the paper's accounting (every instance counts), and the answered-only view of
-    the scores as ``<metric>_answered``. Methods are config hashes.
+    the scores as ``<metric>_answered``. Methods are config hashes; each row carries its method's
+    coverage of the ``plans`` (``n_planned``, ``coverage``, ``coverage_gap``: empty without a plan).
     """
     info = method_info(records)
     judges = judge_names(judgements)
+    covered = coverage_by_method(plans, records, memory)
     views = (
         (candidate_units(records, judgements), list),
         (candidate_units(records[records["error"].isna()], judgements), answered_view),
@@ -218,11 +223,12 @@ def score_table(
     rows: list[tuple] = []
     for units, view in views:
         for method, group in units.groupby(level="config_hash", observed=True, sort=True):
-            rows += _rows(info.loc[str(method)], judges.get(str(method), ""),
+            rows += _rows(info.loc[str(method)], judges.get(str(method), ""), covered.get(str(method), UNKNOWN),
                           view(evaluate(task_samples(group, seed, reps))))
     storage = trajectory_units(memory)
     for method, group in storage.groupby(level="config_hash", observed=True, sort=True):
         if str(method) in info.index:
-            rows += _rows(info.loc[str(method)], judges.get(str(method), ""), storage_estimates(group, seed, reps))
+            rows += _rows(info.loc[str(method)], judges.get(str(method), ""), covered.get(str(method), UNKNOWN),
+                          storage_estimates(group, seed, reps))
     table = pd.DataFrame(rows, columns=SCORE_COLUMNS)
     return table.astype({c: "Int64" for c in COUNT_COLUMNS})

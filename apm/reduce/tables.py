@@ -15,6 +15,7 @@ import pandas as pd
 
 from apm.data.tasks import ADAPTIVE, EA, TASKS
 from apm.reduce import render
+from apm.reduce.coverage import PARTIAL
 from apm.reduce.load import CONFIG, METHOD
 from apm.reduce.metrics import CAPABILITIES
 from apm.reduce.names import (
@@ -224,16 +225,31 @@ def _labels(info: pd.DataFrame, ea_only: set[str]) -> dict[str, str]:
     return labels
 
 
+def coverage_gaps(scores: pd.DataFrame) -> dict[str, str]:
+    """Per config hash whose records do not cover its plan, what is missing (``coverage_gap``)."""
+    if "coverage_gap" not in scores:  # a scores.csv from before coverage
+        return {}
+    gaps = scores.loc[:, ["config_hash", "coverage_gap"]].fillna("").astype(str).drop_duplicates("config_hash")
+    return {h: gap for h, gap in zip(gaps["config_hash"], gaps["coverage_gap"]) if gap}
+
+
+def _marked(labels: dict[str, str], partial: set[str]) -> dict[str, str]:
+    """Labels of rows holding a partial method end in '(partial)' (an EA-only config's gap marks its row)."""
+    rows = {labels[h] for h in partial}
+    return {h: f"{label} ({PARTIAL})" if label in rows else label for h, label in labels.items()}
+
+
 def method_rows(scores: pd.DataFrame) -> pd.DataFrame:
     """Scores with a ``method`` label and ``group``, in the paper's row order (an ordered categorical).
 
     Methods are config hashes. Of a config holding only the EA set, only EA scores are kept (its
-    latency or storage would otherwise stand for the main run's), in its main protocol's row.
+    latency or storage would otherwise stand for the main run's), in its main protocol's row. The
+    row of a method that does not cover its plan is labelled '(partial)' (:func:`coverage_gaps`).
     """
     ea_only = _ea_only(scores)
     scores = scores[~scores["config_hash"].isin(ea_only) | (scores["task"] == EA)]
     info = scores.loc[:, [*METHOD, *CONFIG]].astype(str).drop_duplicates("config_hash").set_index("config_hash")
-    labels = _labels(info, ea_only)
+    labels = _marked(_labels(info, ea_only), set(coverage_gaps(scores)))
     main = info.loc[[h for h in info.index if h not in ea_only]]
     rank = {labels[h]: method_rank(r.memory_config, r.backbone_config) for h, r in main.iterrows()}
     rank.update({labels[h]: (True, 99, "", 0, "") for h in ea_only if labels[h] not in rank})
@@ -339,11 +355,23 @@ def formatted(table: Table, values: pd.DataFrame, latex: bool, marks: pd.DataFra
     return out
 
 
+def coverage_note(table: Table, scores: pd.DataFrame) -> str:
+    """The caption's footnote naming what each partial row of ``table`` is missing ('' if none is partial)."""
+    rows = table_rows(table, scores)
+    gaps = coverage_gaps(rows)
+    if not gaps:
+        return ""
+    hashes = rows.loc[rows["config_hash"].astype(str).isin(gaps), ["row", "config_hash"]].astype(str)
+    named = dict.fromkeys(f"{row}: {gaps[h]}" for row, h in zip(hashes["row"], hashes["config_hash"]))
+    head = f"({PARTIAL.capitalize()}: the records do not cover the method's plan; docs/scores.md)"
+    return f"{head} {'. '.join(named)}."
+
+
 def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[Path]:
     """Every table as ``<name>.md``, ``.csv`` (numeric) and ``.tex`` under ``out``; skips empty ones.
 
-    Captions start with the paper's table number; ``judge_note`` (which judge and rubric produced
-    the judgements) ends every caption.
+    Captions start with the paper's table number; a footnote names what each partial row misses;
+    ``judge_note`` (which judge and rubric produced the judgements) ends every caption.
     """
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -352,7 +380,7 @@ def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[
         if values.empty:
             continue
         marks = error_marks(table, scores).reindex(values.index, fill_value=False)
-        notes = [ERROR_NOTE if marks.to_numpy().any() else "", judge_note]
+        notes = [ERROR_NOTE if marks.to_numpy().any() else "", coverage_note(table, scores), judge_note]
         caption = " ".join(filter(None, [f"{table.paper}: {table.caption}", *notes]))
         stem = out / table.name
         values.to_csv(stem.with_suffix(".csv"))

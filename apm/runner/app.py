@@ -102,12 +102,14 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
 @dataclass(frozen=True)
 class ShardPlan:
     """The shard's trajectories and instances (what its ``plan.json`` lists), and the part this job runs
-    (``dataset.limit`` / ``dataset.trajectories``: a subset whose records count toward the whole)."""
+    (``dataset.limit`` / ``dataset.trajectories``: a subset whose records count toward the whole);
+    ``population``: the instances of every shard together (what a complete run has on record)."""
 
     trajectories: list[Trajectory]
     instances: list[Instance]
     run_trajectories: list[Trajectory]
     run_instances: list[Instance]
+    population: int
 
 
 ENGINE_KEYS = ("backbone", "writer", "judge")
@@ -169,18 +171,19 @@ def shard_plan(cfg: DictConfig, release: Any) -> ShardPlan:
     trajectories = shard_trajectories(release.trajectories, cfg.shard.index, cfg.shard.count)
     chosen = {t.trajectory_id for t in trajectories}
     tasks = set(cfg.dataset.tasks) if cfg.dataset.tasks else None
-    instances = [
+    everything = [
         i for i in release_instances(release)
-        if i.trajectory_id in chosen and (tasks is None or i.task in tasks)
-        and (cfg.dataset.include_ea or i.task != "EA")
+        if (tasks is None or i.task in tasks) and (cfg.dataset.include_ea or i.task != "EA")
     ]
+    instances = [i for i in everything if i.trajectory_id in chosen]
     wanted = set(cfg.dataset.trajectories) if cfg.dataset.trajectories is not None else chosen
     if wanted - chosen:
         raise ConfigError(f"dataset.trajectories: {', '.join(sorted(wanted - chosen))} not in this shard "
                           f"(shard-{cfg.shard.index}-of-{cfg.shard.count} has {', '.join(sorted(chosen))})")
     run_instances = subset([i for i in instances if i.trajectory_id in wanted], cfg.dataset.limit)
     running = {i.trajectory_id for i in run_instances}
-    return ShardPlan(trajectories, instances, [t for t in trajectories if t.trajectory_id in running], run_instances)
+    return ShardPlan(trajectories, instances, [t for t in trajectories if t.trajectory_id in running], run_instances,
+                     len(everything))
 
 
 def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
@@ -277,7 +280,8 @@ async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tupl
     save_config(cfg, setup.run_dir)
     job_dir = ledger.shard_dir(setup.run_dir, setup.shard_label)
     started = manifest.job_started(job_dir, job_identity(cfg, setup))
-    ledger.job_started(setup.run_dir, setup.shard_label, plan.trajectories, plan.instances)
+    ledger.job_started(setup.run_dir, setup.shard_label, plan.trajectories, plan.instances,
+                       selected=len(plan.run_instances), population=plan.population)
     sink = _wandb_sink(cfg, setup)
     tally = _Tally(sink)
     progress = tqdm(total=len(plan.run_instances), desc=f"{setup.run_info['memory']} · {setup.run_info['backbone']}",

@@ -1,9 +1,12 @@
 """Per-shard job ledger in ``<run dir>/jobs/shard-<i>-of-<n>/``: the plan and the jobs' events.
 
 ``plan.json`` (written when a job starts) lists the shard's instance keys, so progress is known from
-the records alone. ``ledger.jsonl`` gets one line per event: ``submitted`` (by ``apm-submit``),
-``started`` and ``ended`` (by the runner), each with the scheduler's job id, so ``apm-status`` can
-ask SLURM about the job, or judge it from the ledger where there is no scheduler.
+the records alone; it also says how many of them this job selected (``dataset.limit`` /
+``dataset.trajectories``) and how many instances all shards of the config hold together
+(``population``), so a reduction knows the whole a method should cover (docs/scores.md, "Coverage").
+``ledger.jsonl`` gets one line per event: ``submitted`` (by ``apm-submit``), ``started`` and
+``ended`` (by the runner), each with the scheduler's job id, so ``apm-status`` can ask SLURM about
+the job, or judge it from the ledger where there is no scheduler.
 """
 
 from __future__ import annotations
@@ -51,13 +54,16 @@ def read_plan(run_dir: Path, shard: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def job_started(run_dir: Path, shard: str, trajectories: Iterable[Any], instances: Iterable[Any]) -> None:
+def job_started(run_dir: Path, shard: str, trajectories: Iterable[Any], instances: Iterable[Any],
+                selected: int, population: int) -> None:
     """Write the shard's plan and a ``started`` event (with how much was already on record, for ETAs)."""
     keys = [i.key for i in instances]
     trajectories = list(trajectories)
     plan = {
         "shard": shard,
         "instances": len(keys),
+        "selected": selected,
+        "population": population,
         "trajectories": [t.trajectory_id for t in trajectories],
         "video_seconds": sum(t.video_seconds for t in trajectories),
         "keys": keys,

@@ -1,7 +1,10 @@
 """``apm-status RUN_ROOT``: per config and shard, instances done / total, errors, the job's state, ETA.
 
-A shard with every instance on record is ``done``, or ``done with errors`` when some of those records
-are errors (rerun them with ``rerun=errors``).
+A shard with every instance of its plan on record is ``done``, or ``done with errors`` when some of
+those records are errors or some of its memory updates failed (rerun them with ``rerun=errors``);
+a shard that ran only a subset (``dataset.limit``) is not done. A shard of the run's shard count that
+never started (no plan, no records) is listed as ``missing``, and the summary gives the whole plan's
+totals (``population`` of the plans: every shard together).
 
 Progress comes from the records and each shard's ``plan.json``; the job's state from SLURM (``squeue``,
 ``sacct``) when it is there, else from the ledger the submitter and the runner write. So it works
@@ -28,10 +31,12 @@ from apm.runner import ledger
 from apm.scale import scheduler
 
 FAILED = {"failed", "cancelled", "timeout", "out_of_memory", "node_fail", "preempted", "boot_fail", "deadline",
-          "interrupted", "died", "incomplete", "lost"}
+          "interrupted", "died", "incomplete", "lost", "missing"}
 """Shard states that need a resubmission."""
 DONE, DONE_WITH_ERRORS = "done", "done with errors"
 """Every instance on record: all answered, or some of them errors (an endpoint that refused them, say)."""
+MISSING = "missing"
+"""A shard of the run's shard count with neither plan nor records: never started."""
 
 
 @dataclass
@@ -47,6 +52,10 @@ class ShardStatus:
     duplicates: int
     job_id: str | None
     eta_s: float | None
+    memory_errors: int = 0
+    """The shard's trajectories' session updates whose newest memory line has an error."""
+    population: int | None = None
+    """Instances of every shard of the run together (from its plan; None when unknown)."""
 
     @property
     def failed(self) -> bool:
@@ -82,6 +91,24 @@ def record_counts(run_dir: Path) -> tuple[dict[str, bool], Counter]:
     records = list(read_folder(run_dir / "records"))
     last = {k: rec.get("error") is None for k, rec in latest_by(records, lambda rec: rec["key"]).items()}
     return last, Counter(rec["key"] for rec in records)
+
+
+def memory_errors(run_dir: Path) -> Counter:
+    """Per trajectory, its session updates whose newest memory line records an error."""
+    lines = latest_by(read_folder(run_dir / "memory"), lambda m: (m.get("trajectory_id"), m.get("session_index")))
+    return Counter(t for (t, _), m in lines.items() if m.get("error") is not None)
+
+
+def missing_shards(labels: Sequence[str]) -> list[str]:
+    """Shards never started, of every shard count of which none has all its shards (a rerun under
+    another count that has them all plans everything)."""
+    counts: dict[int, set[int]] = {}
+    for label in labels:
+        index, count = (int(x) for x in label.split("-")[1::2])
+        counts.setdefault(count, set()).add(index)
+    if any(len(indices) == count for count, indices in counts.items()):
+        return []
+    return [f"shard-{i}-of-{n}" for n, indices in sorted(counts.items()) for i in range(n) if i not in indices]
 
 
 def _shard_keys(run_dir: Path, shard: str, plan: dict[str, Any] | None) -> list[str]:
@@ -125,8 +152,9 @@ def _eta(events: list[dict[str, Any]], done: int, total: int | None, now: float)
 
 
 def shard_status(root: Path, run_dir: Path, shard: str, last: dict[str, bool], seen: Counter,
-                 job_states: dict[str, str] | None, now: float) -> ShardStatus:
-    """The status of one shard from its records, plan, ledger and (if known) the scheduler's states."""
+                 job_states: dict[str, str] | None, now: float, failed_updates: Counter | None = None) -> ShardStatus:
+    """The status of one shard from its records, plan, memory lines, ledger and (if known) the
+    scheduler's states."""
     plan = ledger.read_plan(run_dir, shard)
     events = ledger.read_events(run_dir, shard)
     keys = _shard_keys(run_dir, shard, plan)
@@ -135,8 +163,9 @@ def shard_status(root: Path, run_dir: Path, shard: str, last: dict[str, bool], s
     job_id = last_job_id(events)
     sched = (job_states or {}).get(job_id or "")
     errors = sum(1 for k in keys if last.get(k) is False)
+    mem_errors = sum((failed_updates or Counter())[t] for t in (plan or {}).get("trajectories", ()))
     if total is not None and done >= total:
-        state = DONE_WITH_ERRORS if errors else DONE
+        state = DONE_WITH_ERRORS if errors or mem_errors else DONE
     elif sched is not None and sched != "COMPLETED":
         state = sched.lower()
     elif sched == "COMPLETED":
@@ -147,14 +176,18 @@ def shard_status(root: Path, run_dir: Path, shard: str, last: dict[str, bool], s
         state = _ledger_state(events)
     eta = _eta(events, done, total, now) if state == "running" else None
     return ShardStatus(
-        run=str(run_dir.relative_to(root)) if run_dir != root else ".", shard=shard, state=state, done=done,
-        total=total, errors=errors,
-        duplicates=sum(1 for k in keys if seen[k] > 1), job_id=job_id, eta_s=eta,
+        run=_run_name(root, run_dir), shard=shard, state=state, done=done, total=total, errors=errors,
+        duplicates=sum(1 for k in keys if seen[k] > 1), job_id=job_id, eta_s=eta, memory_errors=mem_errors,
+        population=(plan or {}).get("population"),
     )
 
 
+def _run_name(root: Path, run_dir: Path) -> str:
+    return str(run_dir.relative_to(root)) if run_dir != root else "."
+
+
 def sweep_status(root: Path) -> list[ShardStatus]:
-    """Every shard of every run dir below ``root``."""
+    """Every shard of every run dir below ``root``, shards of its shard count never started included."""
     root = Path(root)
     pairs = [(d, s) for d in run_dirs(root) for s in shards_of(d)]
     job_states = scheduler.states(last_job_id(ledger.read_events(d, s)) or "" for d, s in pairs)
@@ -162,7 +195,12 @@ def sweep_status(root: Path) -> list[ShardStatus]:
     out = []
     for run_dir in run_dirs(root):
         last, seen = record_counts(run_dir)
-        out += [shard_status(root, run_dir, s, last, seen, job_states, now) for s in shards_of(run_dir)]
+        failed_updates = memory_errors(run_dir)
+        shards = shards_of(run_dir)
+        rows = [shard_status(root, run_dir, s, last, seen, job_states, now, failed_updates) for s in shards]
+        population = max((r.population for r in rows if r.population is not None), default=None)
+        out += rows + [ShardStatus(_run_name(root, run_dir), s, MISSING, 0, None, 0, 0, None, None,
+                                   population=population) for s in missing_shards(shards)]
     return out
 
 
@@ -176,19 +214,34 @@ def _clock(seconds: float | None) -> str:
 def render(rows: list[ShardStatus]) -> str:
     """A table per shard and a one-line summary of the sweep."""
     w = max([len(r.run) for r in rows] + [3])
-    lines = [f"{'run':<{w}} {'shard':<14} {'state':<16} {'done/total':>12} {'errors':>6} {'dup':>4} "
-             f"{'job':>10} {'eta':>8}"]
+    lines = [f"{'run':<{w}} {'shard':<14} {'state':<16} {'done/total':>12} {'errors':>6} {'mem err':>7} "
+             f"{'dup':>4} {'job':>10} {'eta':>8}"]
     for r in rows:
         shown_total = "?" if r.total is None else str(r.total)
         lines.append(f"{r.run:<{w}} {r.shard:<14} {r.state:<16} {f'{r.done}/{shown_total}':>12} {r.errors:>6} "
-                     f"{r.duplicates:>4} {r.job_id or '-':>10} {_clock(r.eta_s):>8}")
+                     f"{r.memory_errors:>7} {r.duplicates:>4} {r.job_id or '-':>10} {_clock(r.eta_s):>8}")
     states = Counter(r.state for r in rows)
     done, total = sum(r.done for r in rows), sum(r.total or 0 for r in rows)
     etas = [r.eta_s for r in rows if r.eta_s is not None]
     lines.append(f"{len(rows)} shards: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
                  + f" · {done}/{total} instances · {sum(r.errors for r in rows)} errors"
+                 + f" · {sum(r.memory_errors for r in rows)} memory-update errors"
+                 + f" · whole plan {done}/{_whole_plan(rows)}"
                  + f" · ETA {_clock(max(etas)) if etas else '-'}")
     return "\n".join(lines)
+
+
+def _whole_plan(rows: list[ShardStatus]) -> str:
+    """Instances of every run's whole plan (its plans' ``population``), '?' when a run's is unknown."""
+    by_run: dict[str, list[ShardStatus]] = {}
+    for r in rows:
+        by_run.setdefault(r.run, []).append(r)
+    totals = []
+    for mine in by_run.values():
+        population = max((r.population for r in mine if r.population is not None), default=None)
+        whole = all(r.total is not None for r in mine)
+        totals.append(population if population is not None else sum(r.total or 0 for r in mine) if whole else None)
+    return "?" if any(t is None for t in totals) else str(sum(t for t in totals if t is not None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,7 @@ from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE, EA, MCQA_TASKS, TASKS
 from apm.records.lines import Kind, Line, read_lines
 from apm.reduce import RunSet, load_runs, score_table
+from apm.reduce.coverage import PARTIAL, coverage_by_method
 from apm.reduce.names import method_label, method_rank, reference_tag
 from apm.reduce.scores import judge_names, method_info
 from apm.video.cache import VideoDecodeError
@@ -158,7 +159,7 @@ def _plain(value: Any) -> float | int | None:
 def method_scores(runs: RunSet) -> dict[str, dict[str, dict[str, Any]]]:
     """Per config hash, the page's score columns: ``metric/task`` → value (None: withheld), n, errors
     and unjudged probes (point estimates of ``apm.reduce.score_table``; intervals are in ``apm-reduce``)."""
-    table = score_table(runs.records, runs.judgements, runs.memory, reps=0)
+    table = score_table(runs.records, runs.judgements, runs.memory, reps=0, plans=runs.plans)
     wanted = {(metric, task) for metric, task, _ in SCORES}
     table = table[[(m, t) in wanted for m, t in zip(table["metric"], table["task"])]]
     out: dict[str, dict[str, dict[str, Any]]] = {}
@@ -171,18 +172,22 @@ def method_scores(runs: RunSet) -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def methods(runs: RunSet, dirs: Sequence[RunDir]) -> list[dict[str, Any]]:
-    """Every method (config hash) of the records, in the paper's row order, with label and scores."""
+    """Every method (config hash) of the records, in the paper's row order, with label, scores and
+    coverage (a partial method's label ends in '(partial)'; ``coverage.gap`` says what is missing)."""
     info = method_info(runs.records)
     scores = method_scores(runs)
     judges = judge_names(runs.judgements)
+    covered = coverage_by_method(runs.plans, runs.records, runs.memory)
     folders = {h: [d.shown for d in dirs if d.config_hash == h] for h in info.index}
     out = [
         {
             "id": h,
             "label": method_label(r.memory, r.backbone, r.memory_variant, r.backbone_variant,
-                                  reference_tag(r.memory_config, r.backbone_config)),
+                                  reference_tag(r.memory_config, r.backbone_config))
+            + (f" ({PARTIAL})" if covered[h].note else ""),
             "dataset": r.dataset, "memory": r.memory, "backbone": r.backbone, "config_hash": h,
             "judge": judges.get(h, ""), "run_dirs": folders[h], "scores": scores.get(h, {}),
+            "coverage": {"n_planned": covered[h].planned, "on_record": covered[h].on_record, "gap": covered[h].note},
         }
         for h, r in info.iterrows()
     ]

@@ -68,7 +68,8 @@
     const head = el("tr", {}, el("th", {}, "shown"), el("th", { className: "label" }, "Method"), el("th", {}, "config"),
       el("th", {}, "judge"), cols.map((c) => el("th", {}, c.label)));
     const rows = D.methods.map((m) => el("tr", { "data-method": m.id }, el("td", {}, showBox(m)),
-      el("td", { className: "label", title: m.run_dirs.join("\n") }, m.label),
+      el("td", { className: "label", title: [...m.run_dirs, m.coverage.gap].filter(Boolean).join("\n") }, m.label,
+        m.coverage.gap ? el("div", { className: "coverage-gap" }, m.coverage.gap) : ""),
       el("td", { className: "left mono" }, m.config_hash),
       el("td", { className: "left" }, m.judge || "none"), cols.map((c) => scoreCell(m.scores[c.id]))));
     $("score-table").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
