@@ -15,6 +15,7 @@ from runner_helpers import compose_run, run
 
 from apm.publish.axes import coverage_summary
 from apm.reduce import cli, load_runs, read_scores, score_table
+from apm.reduce.figures import partial_footnote, radar_figure
 from apm.scale import scheduler, status
 from apm.synth import generate
 from apm.testing import fixtures
@@ -154,3 +155,18 @@ def test_ea_never_pools_into_the_twelve_task_metrics(tmp_path):
         assert pooled.at[metric, "n"] == probes
     ttft = found.records["ttft_s"].notna() & (tasks != "EA")
     assert pooled.at["ttft_s", "n"] == int(ttft.sum())
+
+
+def test_figures_name_what_their_partial_methods_miss(tmp_path):
+    info = fixtures.run_info()
+    root = fixtures.synthetic_run(tmp_path / "run", info, trajectories=4, seed=5)
+    keys = [json.loads(line)["key"] for line in (root / "records" / "shard-0.jsonl").read_text().splitlines()]
+    (root / "config.json").write_text(json.dumps({"config_hash": info["config_hash"]}))
+    plan = {"keys": keys + ["T9/never/run"], "trajectories": [], "selected": len(keys) + 1,
+            "population": len(keys) + 1}
+    (root / "jobs" / "shard-0-of-1").mkdir(parents=True)
+    (root / "jobs" / "shard-0-of-1" / "plan.json").write_text(json.dumps(plan))
+    scores = scores_of(root)
+    assert len(keys) == 268 and "1 of 269 without a record" in one(scores["coverage_gap"])
+    fig = radar_figure(scores)
+    assert "Raw Video as Memory · Qwen3-VL-8B-Instruct (partial): 268 of 269" in partial_footnote(fig, scores)

@@ -19,11 +19,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from apm.data.tasks import TASKS
 from apm.reduce.names import CEILINGS, group_kind, human_bytes, memory_name
-from apm.reduce.tables import method_rows
+from apm.reduce.tables import coverage_gaps, method_rows
 from apm.reduce.units import ALL
 
 DPI = 150
@@ -184,14 +185,26 @@ FIGURES = (
 )
 
 
+def partial_footnote(fig: Figure, scores: pd.DataFrame) -> str:
+    """What each partial method the figure names (its label ends in '(partial)') is missing, one line each."""
+    gaps = coverage_gaps(scores)
+    labels = method_rows(scores).drop_duplicates("config_hash").set_index("config_hash")["method"].astype(str)
+    shown = " ".join(t.get_text() for t in fig.findobj(Text))
+    return "\n".join(dict.fromkeys(f"{labels[h]}: {gap}" for h, gap in gaps.items() if labels.get(h, "") in shown))
+
+
 def write_figures(scores: pd.DataFrame, out: Path) -> list[Path]:
-    """Every figure of :data:`FIGURES` as PNG and SVG under ``out`` (those the data allow)."""
+    """Every figure of :data:`FIGURES` as PNG and SVG under ``out`` (those the data allow); a figure
+    showing partial methods says below it what each is missing (docs/scores.md, "Coverage")."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for spec in FIGURES:
         fig = spec.draw(scores)
         if not any(ax.has_data() for ax in fig.axes):
             continue
+        footnote = partial_footnote(fig, scores)
+        if footnote:
+            fig.text(0.0, 0.0, footnote, fontsize=6, ha="left", va="top", wrap=True)
         for suffix in (".png", ".svg"):
             fig.savefig(out / f"{spec.name}{suffix}", dpi=DPI, bbox_inches="tight")
             written.append(out / f"{spec.name}{suffix}")
