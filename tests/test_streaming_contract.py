@@ -17,7 +17,7 @@ from streaming_spies import PixelSpy
 from apm.data.frames import Frame
 from apm.data.instances import release_instances
 from apm.data.release import load_release
-from apm.memory.base import History, state_bytes
+from apm.memory.base import History, Note, state_bytes
 from apm.runner.online import session_frames
 from apm.runner.streaming import compose_request
 from apm.synth import generate
@@ -144,12 +144,14 @@ def test_a_request_that_shows_the_future_or_a_hidden_session_raises(tiny):
     setup = type("Setup", (), {"settings": None})()
     current = traj.session(ea.session)
     late = Frame(current.key, float(ea.probe_time - current.start + 1), ea.probe_time + 1, b"")
+    refusals: list[CausalityError] = []
     with pytest.raises(CausalityError, match="after the probe"):
-        compose_request(setup, traj, ea, History(), (late,))
+        compose_request(setup, traj, ea, refusals, History(), (late,))
     hidden = traj.sessions[0]
     assert hidden.key not in ea.visible_sessions
     with pytest.raises(CausalityError, match="not among"):
-        compose_request(setup, traj, ea, History(notes=((hidden, "what happened"),)), ())
+        compose_request(setup, traj, ea, refusals, History(notes=(Note(hidden, "what happened", hidden.end),)), ())
+    assert len(refusals) == 2  # kept for the runner, even if the system catches what it raised
 
 
 def test_streaming_systems_import_nothing_from_the_runner():

@@ -2,9 +2,11 @@
 
 A protocol observes each completed session (``end_session``) and may write persistent state into
 its own folder; the runner measures that folder's bytes on disk after every session. For each
-instance it says what history to expose (``history``): frame spans of earlier sessions and text
-notes. The current session's causal prefix is always added by the runner, so no protocol can leak
-frames after the probe time. A new protocol is one subclass plus one YAML file under
+instance it says what history to expose (``history``): frame spans of earlier sessions, text notes
+and earlier turns, each carrying the time it was formed (a span: its end; a note: ``formed_at``; a
+turn: when it was said). The runner refuses an instance shown any item formed after its probe time or
+outside its visible sessions (docs/memory.md, "Causality"); the current session's causal prefix is
+always added by the runner. A new protocol is one subclass plus one YAML file under
 ``conf/memory/`` (its ``_target_``), inside or outside this package.
 """
 
@@ -28,16 +30,28 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Note:
+    """A text memory: the session it was written for, its text, and when it was formed."""
+
+    session: Session
+    text: str
+    formed_at: int
+    """Absolute second the text was formed (a session-end summary: that session's end); the runner
+    refuses it for an instance probed before it, or when it lies outside the instance's visible sessions."""
+
+
+@dataclass(frozen=True)
 class History:
-    """What an instance is shown besides its current causal prefix."""
+    """What an instance is shown besides its current causal prefix; every item carries when it was formed."""
 
     spans: tuple[Span, ...] = ()
-    """Frame spans of earlier visible sessions (checked against the probe time when read)."""
-    notes: tuple[tuple[Session, str], ...] = ()
-    """Text memories, each with the session it was written for."""
+    """Frame spans of visible sessions, each formed at its ``end`` (checked against the probe time)."""
+    notes: tuple[Note, ...] = ()
+    """Text memories, each with the session it was written for and its ``formed_at``."""
     turns: tuple[Turn, ...] = ()
-    """What the user said in earlier sessions (e.g. a PRM registration), as the protocol kept it;
-    shown at its time within that session's block. Turns of the current session need no memory."""
+    """What the user said in earlier sessions (e.g. a PRM registration), as the protocol kept it, each
+    formed at its ``time`` and shown there within that session's block. Turns of the current session
+    need no memory."""
     current: Literal["prefix", "recent"] = "prefix"
     """``prefix``: the current session from its start to the probe; ``recent``: only its latest frames."""
     recent_frames: int = 4

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from apm.data.instances import Instance
 from apm.data.model import Session, Trajectory
-from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
+from apm.memory.base import History, MemoryProtocol, Note, SessionView, prior_sessions
 from apm.prompts import stream_parts, summary_prompts, turn_text
 from apm.prompts.parse import json_object
 from apm.records.atomic import write_atomically
@@ -22,12 +22,13 @@ def _note_path(state_dir: Path, s: Session) -> Path:
     return state_dir / f"{s.index:04d}_{s.day_id}_{s.session_id}.txt"
 
 
-def _load_notes(sessions: list[Session], state_dir: Path) -> list[tuple[Session, str]]:
+def _load_notes(sessions: list[Session], state_dir: Path) -> list[Note]:
+    """The stored summaries of ``sessions``, each formed at its session's end (when the writer ran)."""
     out = []
     for s in sessions:
         path = _note_path(state_dir, s)
         if path.exists():
-            out.append((s, path.read_text(encoding="utf-8")))
+            out.append(Note(s, path.read_text(encoding="utf-8"), s.end))
     return out
 
 
@@ -102,10 +103,10 @@ class Retrieval(TextSummary):
         self.method, self.top_k, self.min_score, self.embedding_model = method, top_k, min_score, embedding_model
 
     def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
-        notes = [(s, text) for s, text in _load_notes(prior_sessions(instance, trajectory), state_dir) if text.strip()]
+        notes = [n for n in _load_notes(prior_sessions(instance, trajectory), state_dir) if n.text.strip()]
         if not notes:
             return History()
-        scores = self._scores(instance_query(instance), [text for _, text in notes])
+        scores = self._scores(instance_query(instance), [n.text for n in notes])
         ranked = sorted(range(len(notes)), key=lambda i: (-scores[i], i))
         chosen = sorted(i for i in ranked[: self.top_k] if scores[i] > self.min_score)
         return History(notes=tuple(notes[i] for i in chosen))

@@ -60,7 +60,7 @@ from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget, holdi
 from apm.runner.preflight import preflight
 from apm.runner.request import describe, prepare_instance, state_dir_of
 from apm.runner.shards import shard_trajectories
-from apm.runner.stops import check_answered
+from apm.runner.stops import check_answered, check_causal_run
 from apm.video.cache import FrameCache
 
 log = logging.getLogger("apm.run")
@@ -227,7 +227,8 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
 async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
     """One shard job: every check first (config, release, engines, the shard's largest request), so a
     job that cannot work stops before it writes anything; then the run, its ledger and W&B mirror.
-    ``strict`` (``apm-run``): a job whose every instance failed raises ``RunStopped`` after it ends."""
+    ``strict`` (``apm-run``): a job whose every instance failed raises ``RunStopped`` after it ends; a
+    job that refused an instance for causality always does (``apm.runner.causality``)."""
     setup, plan = build_setup(cfg)
     if cfg.rerun != Rerun.all:
         refuse_other_code(cfg, setup, plan)
@@ -236,6 +237,7 @@ async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
                         warm_up=cfg.latency_mode)
         stats, tally = await _recorded_run(cfg, setup, plan)
     print(closing_line(setup, stats, plan))
+    check_causal_run(stats.refused)
     if strict:
         check_answered(tally.new, tally.errors, tally.first_error)
     if cfg.judge is not None:

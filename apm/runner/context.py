@@ -37,9 +37,10 @@ class Prepared:
     hands it to a reference baseline)."""
 
 
-def _session_header(trajectory: Trajectory, key: str, what: str) -> str:
+def _session_header(trajectory: Trajectory, key: str, what: str, until: int | None = None) -> str:
+    """``[<what> DAYn/Sxxx, DAYn HH:MM:SS to HH:MM:SS]``: the session's start, and its end or ``until``."""
     s = trajectory.session(key)
-    return f"[{what} {key}, {clock.label(s.start)} to {clock.split(s.end)[1]}]"
+    return f"[{what} {key}, {clock.label(s.start)} to {clock.split(s.end if until is None else until)[1]}]"
 
 
 def choose_frames(
@@ -66,17 +67,19 @@ def _memory_text(trajectory: Trajectory, history: History) -> list[str]:
     if not history.notes:
         return []
     lines = ["Persistent memory of completed sessions:"]
-    for session, note in history.notes:
-        lines += [_session_header(trajectory, session.key, "Memory of session"), note]
+    for note in history.notes:
+        lines += [_session_header(trajectory, note.session.key, "Memory of session"), note.text]
     return ["\n".join(lines)]
 
 
-def _video_headers(trajectory: Trajectory, current: str, frames: list[Frame]) -> str:
-    """One header per earlier session whose frames are shown, then the current session's."""
+def _video_headers(trajectory: Trajectory, instance: Instance, frames: list[Frame]) -> str:
+    """One header per earlier session whose frames are shown, then the current session's: its start and
+    the current time, never its end (which lies after the probe)."""
+    current = instance.session
     shown = {f.session for f in frames} - {current}
     earlier = [_session_header(trajectory, s.key, "Video of earlier session")
                for s in trajectory.sessions if s.key in shown]
-    return "\n".join([*earlier, _session_header(trajectory, current, "Current session")])
+    return "\n".join([*earlier, _session_header(trajectory, current, "Current session", instance.probe_time)])
 
 
 def build_parts(trajectory: Trajectory, instance: Instance, history: History, frames: list[Frame],
@@ -89,7 +92,7 @@ def build_parts(trajectory: Trajectory, instance: Instance, history: History, fr
     """
     stills = stills or []
     current = trajectory.session(instance.session)
-    headers = _video_headers(trajectory, current.key, [*frames, *stills])
+    headers = _video_headers(trajectory, instance, [*frames, *stills])
     before = TextPart("\n\n".join([*_memory_text(trajectory, history), headers]))
     said_now = [replace(t, text=turn_text(t, instance)) for t in instance.turns if t.time >= current.start]
     probe = f"[Current time: {instance.probe_label}]\n\n{probe_prompt(instance)}"

@@ -42,7 +42,7 @@ from apm.records.lock import (
     take_group,
     this_process,
 )
-from apm.runner import latency
+from apm.runner import causality, latency
 from apm.runner.config import FrameLayout, Rerun
 from apm.runner.context import Prepared
 from apm.runner.ledger import scheduler_job_id
@@ -91,6 +91,8 @@ class RunStats:
     new: int = 0
     errors: int = 0
     sessions_updated: int = 0
+    refused: list[str] = field(default_factory=list)
+    """Why each instance refused for causality was refused (its record's error says it too)."""
     started: float = field(default_factory=time.perf_counter)
 
 
@@ -322,7 +324,7 @@ class OnlineRun:
         self._newest_records = latest_records(s.run_dir / "records")
         self._newest_memory = newest_memory_lines(s.run_dir / "memory")
         on_record = {k: rec for k, rec in self._newest_records.items()
-                     if not self._redo(rec) and not latency.needs_isolated(s, rec)}
+                     if not self._redo(rec) and not latency.needs_isolated(s, rec) and not causality.refused(rec)}
         memory_done = {k: m for k, m in self._newest_memory.items() if not self._redo(m)}
         by_session: dict[tuple[str, str], list[Instance]] = defaultdict(list)
         for inst in instances:
@@ -430,8 +432,9 @@ class OnlineRun:
             prepared, budget, in_flight = None, None, 0
             try:
                 prepared, budget = await asyncio.to_thread(self._prepare, traj, inst, state_dir)
-            except CausalityError:
-                raise  # a protocol that shows the future is a bug: stop rather than record invalid results
+            except CausalityError as e:  # refused: an error on its record, and the run exits non-zero
+                response = self.refuse(e)
+                prep_s = time.perf_counter() - began
             except Exception as e:  # noqa: BLE001 — a bad video, an unreadable state file: recorded; the run goes on
                 response = Response(error=f"preparation failed: {type(e).__name__}: {e}", attempts=0)
                 prep_s = time.perf_counter() - began
@@ -445,6 +448,11 @@ class OnlineRun:
                     self._in_flight -= 1
                 response = replace(response, truncation=response.truncation or budget)
         self._keep(make_record(s, inst, traj, prepared, response, prep_s, shown, in_flight), response)
+
+    def refuse(self, error: CausalityError) -> Response:
+        """The response of an instance refused for causality: never asked; counted for the run's exit."""
+        self.stats.refused.append(str(error))
+        return Response(error=f"{causality.REFUSED}{error}", attempts=0)
 
     def _keep(self, record: dict[str, Any], response: Response) -> None:
         """Append an instance's record, count it and pass it on; stop when the endpoint keeps failing."""

@@ -19,6 +19,7 @@ from apm.data.ids import id_path
 from apm.data.instances import Instance
 from apm.data.model import Trajectory
 from apm.memory.base import MemoryProtocol
+from apm.runner.causality import check_shown
 from apm.runner.context import Prepared, prepare
 
 if TYPE_CHECKING:
@@ -33,10 +34,12 @@ def state_dir_of(setup: RunSetup, trajectory: Trajectory) -> Path:
 def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance,
                      state_dir: Path) -> tuple[Prepared, Truncation | None]:
     """The instance's request with frames chosen for the context its text leaves the backbone, and
-    what that choice left out of the full budget (None: nothing)."""
+    what that choice left out of the full budget (None: nothing); ``CausalityError`` when the
+    protocol's history shows what the instance may not see (``apm.runner.causality``)."""
     if not isinstance(setup.protocol, MemoryProtocol):  # it used to fail here as an AttributeError (no .history)
         raise TypeError(f"{setup.protocol.name}: a streaming system composes its own requests; none to prepare")
     history = setup.protocol.history(instance, trajectory, state_dir)
+    check_shown(trajectory, instance, history)
     prepared = prepare(setup.cache, trajectory, instance, history, setup.max_frames, setup.settings, setup.layout)
     guard = getattr(setup.backbone, "guard", None)
     fit = guard.selection_budget(prepared.request) if guard is not None else None

@@ -30,6 +30,7 @@ from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History
 from apm.prompts import system_prompt
+from apm.runner.causality import check_shown
 from apm.runner.context import build_parts, prompt_digest
 from apm.runner.online import (
     NO_MEMORY,
@@ -79,31 +80,16 @@ def stream_events(session: Session, frames: tuple[Frame, ...],
     return [(at, event) for at, _, event in timed]
 
 
-def check_causal(trajectory: Trajectory, instance: Instance, frames: tuple[Frame, ...]) -> None:
-    """Raise ``CausalityError`` unless every frame lies in a visible session and not after the probe."""
-    for f in frames:
-        if f.session not in instance.visible_sessions:
-            raise CausalityError(f"{instance.key}: a frame of {f.session}, not among {instance.visible_sessions}")
-        if trajectory.session(f.session).start + f.offset > instance.probe_time:
-            raise CausalityError(f"{instance.key}: a frame at {f.label} after the probe time {instance.probe_label}")
-
-
-def check_history(instance: Instance, history: History) -> None:
-    """Raise ``CausalityError`` unless every note is of a visible earlier session and no turn is after the probe."""
-    earlier = instance.visible_sessions[:-1]
-    for session, _ in history.notes:
-        if session.key not in earlier:
-            raise CausalityError(f"{instance.key}: a note of {session.key}, not among the earlier sessions {earlier}")
-    for turn in history.turns:
-        if turn.time > instance.probe_time:
-            raise CausalityError(f"{instance.key}: a turn at {turn.time} after the probe time {instance.probe_label}")
-
-
-def compose_request(setup: RunSetup, trajectory: Trajectory, instance: Instance, history: History,
-                    frames: tuple[Frame, ...]) -> Request:
-    """The run's request layout (``apm.runner.context``) around what a system chose to show, checked."""
-    check_causal(trajectory, instance, frames)
-    check_history(instance, history)
+def compose_request(setup: RunSetup, trajectory: Trajectory, instance: Instance, refusals: list[CausalityError],
+                    history: History, frames: tuple[Frame, ...]) -> Request:
+    """The run's request layout (``apm.runner.context``) around what a system chose to show, checked
+    (``apm.runner.causality``); a refusal is kept in ``refusals`` too, so a system that catches the
+    ``CausalityError`` still has its instance refused."""
+    try:
+        check_shown(trajectory, instance, history, frames)
+    except CausalityError as e:
+        refusals.append(e)
+        raise
     messages = (
         Message.text("system", system_prompt()),
         Message("user", tuple(build_parts(trajectory, instance, history, list(frames))), time=instance.probe_time),
@@ -189,21 +175,27 @@ async def answer_probe(run: OnlineRun, traj: Trajectory, inst: Instance, clock: 
         in_flight = run._in_flight
         system = s.protocol
         assert isinstance(system, StreamingSystem)  # called only from replay_session, for a StreamingSystem
+        refusals: list[CausalityError] = []
         try:
-            answer = await ask(system, Probe(inst, traj, partial(compose_request, s, traj, inst)))
+            answer = await ask(system, Probe(inst, traj, partial(compose_request, s, traj, inst, refusals)))
+            sent = answer.request.frames if answer.request is not None else ()
+            check_shown(traj, inst, History(), (*answer.frames, *sent))
+            if refusals:
+                raise refusals[0]
+        except CausalityError as e:  # refused: an error on its record, and the run exits non-zero
+            answer = Answer(run.refuse(e))
         finally:
             run._in_flight -= 1
     wall = time.perf_counter() - began
-    check_causal(traj, inst, answer.frames)
     run._keep(streaming_record(s, inst, traj, answer, wall, clock, shown, in_flight), answer.response)
 
 
 async def ask(system: StreamingSystem, probe: Probe) -> Answer:
-    """The system's answer; a failure other than a causality bug becomes the answer's error."""
+    """The system's answer; a failure other than a causality refusal becomes the answer's error."""
     try:
         return await system.answer(probe)
     except CausalityError:
-        raise  # a system that shows the future is a bug: stop rather than record invalid results
+        raise  # answer_probe refuses the instance
     except Exception as e:  # noqa: BLE001 — a failed answer is recorded; the run goes on
         return Answer(Response(error=f"answer failed: {type(e).__name__}: {e}", attempts=0))
 

@@ -33,7 +33,7 @@ from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
-from apm.memory.base import History
+from apm.memory.base import History, Note
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,11 @@ class Probe:
     trajectory: Trajectory
     compose: Callable[[History, tuple[Frame, ...]], Request] = field(repr=False)
 
-    def request(self, frames: Sequence[Frame] = (), notes: Iterable[tuple[Session, str]] = (),
+    def request(self, frames: Sequence[Frame] = (), notes: Iterable[Note] = (),
                 turns: Iterable[Turn] = ()) -> Request:
         """The instance's request with these frames (oldest first), text memories and earlier-session turns;
-        the current session's own turns, the time and the probe prompt are added as for every protocol."""
+        the current session's own turns, the time and the probe prompt are added as for every protocol.
+        Everything shown is checked like a protocol's history (each item's formed-at time)."""
         return self.compose(History(notes=tuple(notes), turns=tuple(turns)), tuple(frames))
 
 

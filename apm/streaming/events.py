@@ -29,6 +29,7 @@ from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.data.instances import Turn
 from apm.data.model import Session
+from apm.memory.base import Note
 from apm.memory.text import bm25_scores, instance_query
 from apm.records.atomic import write_atomically
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
@@ -140,7 +141,7 @@ class EventMemory(StreamingSystem):
         chosen = [pool[i] for i in sorted(i for i in ranked[: self.top_k] if scores[i] > 0)]
         order = {s.key: s.index for s in probe.trajectory.sessions}
         frames = sorted({*(e.keyframe for e in chosen), *self.latest}, key=lambda f: (order[f.session], f.offset))
-        notes = [(e.session, e.note()) for e in chosen if e.session != self.context.session]
+        notes = [Note(e.session, e.note(), e.end) for e in chosen if e.session != self.context.session]
         request = probe.request(frames=frames, notes=notes, turns=self.turns.shown(probe))
         return Answer(await ask(self.context.backbone, request, probe.instance), request)
 

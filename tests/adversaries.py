@@ -1,0 +1,103 @@
+"""Adversarial memory protocols and streaming systems: each shows an instance one thing it may not see
+(tests/test_causality.py proves the runner refuses every one, whoever built the request)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from apm.backbones.base import ask
+from apm.data.frames import Frame
+from apm.data.instances import Instance, Turn
+from apm.data.model import Trajectory
+from apm.memory.base import History, MemoryProtocol, Note
+from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
+from apm.video.select import CausalityError, Span
+
+
+class FutureNote(MemoryProtocol):
+    """A note written at the end of the trajectory's last session, shown to every instance."""
+
+    name = "Future Note (adversary)"
+
+    def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
+        last = trajectory.sessions[-1]
+        return History(notes=(Note(last, "what happens last", last.end),))
+
+
+class BackdatedNote(MemoryProtocol):
+    """A note said to be of the current session but formed one second after the probe."""
+
+    name = "Backdated Note (adversary)"
+
+    def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
+        return History(notes=(Note(trajectory.session(instance.session), "later", instance.probe_time + 1),))
+
+
+class FutureTurn(MemoryProtocol):
+    """A registration said one second after the probe."""
+
+    name = "Future Turn (adversary)"
+
+    def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
+        return History(turns=(Turn("registration", instance.probe_time + 1, "remind me", instance.candidate_id),))
+
+
+class FutureFrame(MemoryProtocol):
+    """The current session's video up to one second after the probe."""
+
+    name = "Future Frame (adversary)"
+
+    def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
+        current = trajectory.session(instance.session)
+        return History(spans=(Span(current.key, current.start, instance.probe_time + 1),))
+
+
+class FirstSessionNote(MemoryProtocol):
+    """The first session's note, formed at its end, shown to every instance after it: causal in time,
+    but hidden from an EA instance whose two most recent completed sessions exclude it."""
+
+    name = "First Session Note (adversary)"
+
+    def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
+        first = trajectory.sessions[0]
+        if instance.session == first.key:
+            return History()
+        return History(notes=(Note(first, "the first session", first.end),))
+
+
+class StreamedFuture(StreamingSystem):
+    """A streaming system that shows the future: ``show="note"``: the last session's note (and, when the
+    request refuses it, answers anyway without it); ``show="frame"``: reports a frame one second after the
+    probe as what its answer drew on."""
+
+    name = "Streamed Future (adversary)"
+    persistent = False
+
+    def __init__(self, show: str = "note", name: str | None = None):
+        super().__init__(name)
+        self.show = show
+
+    async def begin(self, context: SessionContext) -> None:
+        self.context = context
+        self.latest: Frame | None = None
+
+    async def observe_frame(self, frame: Frame) -> None:
+        self.latest = frame
+
+    async def answer(self, probe: Probe) -> Answer:
+        last = probe.trajectory.sessions[-1]
+        request = probe.request()
+        if self.show == "note":
+            try:
+                request = probe.request(notes=[Note(last, "what happens last", last.end)])
+            except CausalityError:
+                pass  # swallow the refusal and answer anyway
+        late = ()
+        if self.show == "frame" and self.latest is not None:
+            late = (replace(self.latest, offset=self.latest.offset + 1, wall_clock=self.latest.wall_clock + 1),)
+        return Answer(await ask(self.context.backbone, request, probe.instance), request, late)
+
+    async def export(self, state_dir: Path) -> dict[str, Any]:
+        return {}
