@@ -7,10 +7,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import ask
+from apm.backbones.base import FramePart, Message, Request, TextPart, ask
+from apm.backbones.perceiver import PixelPerceiver
+from apm.data import clock
 from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn
-from apm.data.model import Trajectory
+from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, Note
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
 from apm.video.select import CausalityError, Span
@@ -98,6 +100,54 @@ class StreamedFuture(StreamingSystem):
         if self.show == "frame" and self.latest is not None:
             late = (replace(self.latest, offset=self.latest.offset + 1, wall_clock=self.latest.wall_clock + 1),)
         return Answer(await ask(self.context.backbone, request, probe.instance), request, late)
+
+    async def export(self, state_dir: Path) -> dict[str, Any]:
+        return {}
+
+
+class Omniscient(StreamingSystem):
+    """Reads everything it can reach and shows none of it: every frame it is ever fed, kept on itself
+    across sessions (against the contract), and whatever its probe's instance carries. It answers the
+    content of a multiple-choice question (A–D, never E) through a pixel perceiver of its own over all
+    it kept, so it is right wherever what it was fed holds the evidence; it reports no request or frames,
+    so no check on what it shows can catch it."""
+
+    name = "Omniscient (adversary)"
+    persistent = False
+    READ: dict[str, dict[str, Any]] = {}
+    """What each probe's instance carried: its correct option, evidence availability and field names."""
+    OBSERVED: list[int] = []
+    """The wall-clock second of every frame any copy was fed."""
+
+    def __init__(self, name: str | None = None):
+        super().__init__(name)
+        self.everything: dict[int, Frame] = {}
+        self.sessions: dict[str, Session] = {}
+
+    async def begin(self, context: SessionContext) -> None:
+        self.context = context
+        self.sessions[context.session.key] = context.session
+
+    async def observe_frame(self, frame: Frame) -> None:
+        self.everything[frame.wall_clock] = frame
+        Omniscient.OBSERVED.append(frame.wall_clock)
+
+    async def answer(self, probe: Probe) -> Answer:
+        inst = probe.instance
+        Omniscient.READ[inst.key] = {"correct_option": inst.correct_option, "polarity": inst.polarity,
+                                     "evidence_available": inst.evidence_available,
+                                     "fields": sorted(inst.candidate.fields)}
+        asked = probe.request().messages[-1].parts[-1]
+        assert isinstance(asked, TextPart)
+        content = asked.text.replace('"answer":"A|B|C|D|E"', '"answer":"A|B|C|D"')  # the content, not E
+        earlier = [f"[Video of earlier session {key}, {clock.label(s.start)} to {clock.split(s.end)[1]}]"
+                   for key, s in self.sessions.items() if key != inst.session]
+        now = self.sessions[inst.session]
+        headers = "\n".join([*earlier, f"[Current session {now.key}, {clock.label(now.start)} to "
+                                        f"{clock.split(inst.probe_time)[1]}]"])
+        frames = [FramePart(self.everything[t]) for t in sorted(self.everything)]
+        request = Request(messages=(Message("user", (TextPart(headers), *frames, TextPart(content))),))
+        return Answer(await PixelPerceiver().generate(request))
 
     async def export(self, state_dir: Path) -> dict[str, Any]:
         return {}

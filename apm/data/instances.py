@@ -10,7 +10,7 @@ see. Nothing here reads video: causality is enforced later on frames, using ``pr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Literal, Mapping
 
 from apm.data import clock
@@ -60,6 +60,37 @@ class Instance:
     @property
     def probe_label(self) -> str:
         return clock.label(self.probe_time)
+
+
+SHOWN_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "question": (),
+    "choices": ("option_id", "text"),
+    "query": ("day_id", "session_id", "query_time"),
+    "registration_event": ("day_id", "session_id", "registration_time", "registration_text"),
+}
+"""The candidate fields (and, for each object or list of objects, its keys) a method may be given: what
+the prompts show (the question and its choices, when it is asked, what the user registered). The
+correct option, evidence moments, evidence availability, heartbeats, windows and expected responses
+are annotations: only the runner and reference baselines read them."""
+
+
+def _shown(value: Any, keys: tuple[str, ...]) -> Any:
+    """``value`` with only ``keys`` in it (in each item, for a list); as it is when ``keys`` is empty."""
+    if not keys:
+        return value
+    if isinstance(value, list):
+        return [_shown(item, keys) for item in value]
+    return {k: value[k] for k in keys if k in value} if isinstance(value, Mapping) else value
+
+
+def instance_view(instance: Instance) -> Instance:
+    """The instance as a method that is not a reference may see it (a streaming system's ``Probe``): its
+    question side only (:data:`SHOWN_FIELDS`), no ``correct_option``, ``evidence_available`` or ``polarity``.
+    Its ``key`` stays: it names the record (and, for an adaptive probe, its probe id)."""
+    fields = instance.candidate.fields
+    candidate = replace(instance.candidate, fields={k: _shown(fields[k], keys) for k, keys in SHOWN_FIELDS.items()
+                                                    if k in fields})
+    return replace(instance, candidate=candidate, correct_option=None, evidence_available=None, polarity=None)
 
 
 def make_key(trajectory_id: str, candidate_id: str, probe_id: str) -> str:

@@ -15,6 +15,7 @@ instance that saw it (docs/records.md, "Resume checks the memory state").
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -314,6 +315,13 @@ class OnlineRun:
         self._sem = asyncio.Semaphore(setup.concurrency)
         self._in_flight = 0
         self._fail_fast = FailFast(setup.fail_fast, getattr(setup.backbone, "advice", None))
+        self._pristine = copy.deepcopy(setup.protocol) if isinstance(setup.protocol, StreamingSystem) else None
+
+    def fresh_system(self) -> StreamingSystem:
+        """A copy of the run's streaming system as configured, before it observed anything: what a
+        restricted instance is answered by, so nothing it kept from other sessions can reach it."""
+        assert self._pristine is not None  # only a streaming system's replay asks for one
+        return copy.deepcopy(self._pristine)
 
     async def run(self, trajectories: list[Trajectory], instances: list[Instance]) -> RunStats:
         with holding_shard(self.setup):

@@ -5,7 +5,10 @@ Per session, in order: ``begin`` from the state exported after the previous sess
 (a timed memory update); at each probe time, once everything up to it is observed and nothing after
 it, ``answer`` for each instance probed then; at the end ``export``, whose state is measured and
 recorded as every protocol's memory line. One session replays at a time per run (the system keeps
-in-session state on itself); shards run in parallel.
+in-session state on itself); shards run in parallel. A system is asked about an instance view (no
+annotations), and every restricted (EA) instance is answered by a fresh copy of the system fed only
+its visible sessions, from a state cached per visible set (docs/streaming-systems.md, "Restricted
+instances (EA)").
 
 Resume: a session's in-session state is never saved, so a crash loses it. A rerun puts the state
 folder back to the newest state on record that it still holds whole and that precedes the first
@@ -16,6 +19,8 @@ state is rebuilt exactly) and answers only what is not on record (docs/records.m
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 import time
 import weakref
 from collections.abc import Awaitable
@@ -26,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 from apm.backbones.base import Message, Request, Response
 from apm.data.frames import Frame
-from apm.data.instances import Instance, Turn
+from apm.data.ids import id_path
+from apm.data.instances import Instance, Turn, instance_view
 from apm.data.model import Session, Trajectory
-from apm.memory.base import History
+from apm.memory.base import History, manifest_sha256, state_manifest
 from apm.prompts import system_prompt
+from apm.records.atomic import write_atomically
 from apm.runner.causality import check_shown
 from apm.runner.context import build_parts, prompt_digest
 from apm.runner.online import (
@@ -112,11 +119,19 @@ def first_replay(recorded: list[dict[str, Any]], instances: list[list[Instance]]
     return len(recorded)
 
 
+def restricted(traj: Trajectory, inst: Instance) -> bool:
+    """Whether an instance may see fewer sessions than all up to its own (EA after two completed sessions)."""
+    upto = [x.key for x in traj.sessions[: traj.session(inst.session).index + 1]]
+    return list(inst.visible_sessions) != upto
+
+
 async def replay_trajectory(run: OnlineRun, traj: Trajectory, by_session, on_record: dict, memory_done: dict) -> None:
-    """Replay the trajectory's sessions that are not wholly on record, in order (module docstring)."""
+    """Replay the trajectory's sessions that are not wholly on record, in order (module docstring); then
+    answer each restricted instance from a state built from its visible sessions alone."""
     s = run.setup
     state_dir = state_dir_of(s, traj)
-    instances = [by_session.get((traj.trajectory_id, x.key), []) for x in traj.sessions]
+    everything = [by_session.get((traj.trajectory_id, x.key), []) for x in traj.sessions]
+    instances = [[i for i in insts if not restricted(traj, i)] for insts in everything]
     recorded = recorded_lines(traj, memory_done)
     redo = first_replay(recorded, instances, on_record)
     kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded[:redo]])
@@ -131,29 +146,19 @@ async def replay_trajectory(run: OnlineRun, traj: Trajectory, by_session, on_rec
             continue
         async with lock, run._sem:
             shown = await replay_session(run, traj, session, state_dir, todo, shown, prior_seconds)
+    groups: dict[tuple[str, ...], list[Instance]] = {}
+    for inst in (i for insts in everything for i in insts if restricted(traj, i)):
+        groups.setdefault(inst.visible_sessions, []).append(inst)
+    for visible, group in groups.items():
+        await answer_from_visible(run, traj, visible, group, on_record, lock)
 
 
 async def replay_session(run: OnlineRun, traj: Trajectory, session: Session, state_dir: Path,
                          todo: list[Instance], shown: dict[str, Any], prior_seconds: int) -> dict[str, Any]:
     """One session through the system: begin, observe and answer in time order, export; returns its memory line."""
-    s = run.setup
-    system = s.protocol
+    system = run.setup.protocol
     assert isinstance(system, StreamingSystem)  # replay_trajectory runs only for a StreamingSystem
-    try:
-        frames, unseen = await asyncio.to_thread(session_frames, s.cache, session, EVERY_FRAME), None
-    except VideoDecodeError as e:  # streamed without its video: its probes record why, the trajectory goes on
-        frames, unseen = (), f"preparation failed: {type(e).__name__}: {e}"
-    events = stream_events(session, frames, session_interactions(s.release, traj, session))
-    probes = sorted(todo, key=lambda i: (i.probe_time, i.key))
-    clock = UpdateClock()
-    await system.begin(SessionContext(traj, session, state_dir, s.backbone, s.writer))
-    for at, event in events:
-        while probes and probes[0].probe_time < at:
-            await answer_probe(run, traj, probes.pop(0), clock, shown, unseen)
-        observed = system.observe_frame(event) if isinstance(event, Frame) else system.observe_turn(event)
-        await clock.timed(observed)
-    for inst in probes:
-        await answer_probe(run, traj, inst, clock, shown, unseen)
+    clock = await stream_session(run, system, traj, session, state_dir, todo, shown)
     began = time.perf_counter()
     facts = await system.export(state_dir)
     update_s = time.perf_counter() - began
@@ -161,10 +166,103 @@ async def replay_session(run: OnlineRun, traj: Trajectory, session: Session, sta
     return await run._memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
 
 
-async def answer_probe(run: OnlineRun, traj: Trajectory, inst: Instance, clock: UpdateClock,
-                       shown: dict[str, Any], unseen: str | None = None) -> None:
-    """Ask the system one instance from its current state and keep the record (``unseen``: why the
-    session's video could not be streamed; the instance records it without being asked)."""
+async def stream_session(run: OnlineRun, system: StreamingSystem, traj: Trajectory, session: Session,
+                         state_dir: Path, todo: list[Instance], shown: dict[str, Any]) -> UpdateClock:
+    """Begin ``session`` from ``state_dir``, observe its frames and turns and answer ``todo`` in time
+    order; the session's updates (``observe_s``)."""
+    s = run.setup
+    try:
+        frames, unseen = await asyncio.to_thread(session_frames, s.cache, session, EVERY_FRAME), None
+    except VideoDecodeError as e:  # streamed without its video: its probes record why, the trajectory goes on
+        frames, unseen = (), f"preparation failed: {type(e).__name__}: {e}"
+    events = stream_events(session, frames, session_interactions(s.release, traj, session))
+    probes = sorted(todo, key=lambda i: (i.probe_time, i.key))
+    clock = UpdateClock()
+    await system.begin(SessionContext(traj, session, state_dir, reference_channel(s.backbone, todo), s.writer))
+    for at, event in events:
+        while probes and probes[0].probe_time < at:
+            await answer_probe(run, system, traj, probes.pop(0), clock, shown, unseen)
+        observed = system.observe_frame(event) if isinstance(event, Frame) else system.observe_turn(event)
+        await clock.timed(observed)
+    for inst in probes:
+        await answer_probe(run, system, traj, inst, clock, shown, unseen)
+    return clock
+
+
+def visible_state_dir(setup: RunSetup, traj: Trajectory, visible: tuple[str, ...]) -> Path:
+    """Where the state built from a visible set's completed sessions alone is kept (beside the run's
+    state, never measured as it: a restricted instance's own memory)."""
+    name = "+".join(key.replace("/", "-") for key in visible[:-1])
+    return id_path(setup.run_dir / "memory_state_visible", traj.trajectory_id) / name
+
+
+async def answer_from_visible(run: OnlineRun, traj: Trajectory, visible: tuple[str, ...], group: list[Instance],
+                              on_record: dict, lock: asyncio.Lock) -> None:
+    """Answer restricted instances (all of ``visible``) from a fresh copy of the system that was fed
+    ``visible``'s completed sessions alone, from an empty state; the state after them is cached per
+    visible set, so a rerun rebuilds it only when it is gone or changed."""
+    s = run.setup
+    state_dir = visible_state_dir(s, traj, visible)
+    system = run.fresh_system()
+    async with lock, run._sem:
+        shown = await build_visible_state(run, system, traj, visible[:-1], state_dir)
+    todo = run._todo(group, on_record, shown)
+    if todo:
+        async with lock, run._sem:
+            await stream_session(run, system, traj, traj.session(visible[-1]), state_dir, todo, shown)
+
+
+async def build_visible_state(run: OnlineRun, system: StreamingSystem, traj: Trajectory, sessions: tuple[str, ...],
+                              state_dir: Path) -> dict[str, Any]:
+    """The state ``system`` exports after ``sessions`` alone, as a memory line's ``bytes`` and
+    ``state_sha256``: the cached one if ``state_dir`` still holds it whole, else built again."""
+    built = state_dir.with_name(state_dir.name + ".built.json")
+    cached = json.loads(built.read_text()) if built.exists() else None
+    held = await asyncio.to_thread(state_manifest, state_dir)
+    if cached is None or cached != held:
+        shutil.rmtree(state_dir, ignore_errors=True)
+        built.unlink(missing_ok=True)
+        state_dir.mkdir(parents=True)
+        for key in sessions:
+            await stream_session(run, system, traj, traj.session(key), state_dir, [], NO_MEMORY)
+            await system.export(state_dir)
+        held = await asyncio.to_thread(state_manifest, state_dir)
+        write_atomically(built, json.dumps(held, sort_keys=True).encode())
+    return {"bytes": sum(entry["bytes"] for entry in held.values()), "state_sha256": manifest_sha256(held)}
+
+
+class ReferenceChannel:
+    """A reference baseline as a streaming system is handed it: asked about the instance view a probe
+    carries, it answers about the full instance (only a reference reads annotations; a system never does)."""
+
+    answers_from_annotations = True
+
+    def __init__(self, backbone: Any, instances: dict[str, Instance]) -> None:
+        self.backbone, self._instances = backbone, instances
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backbone, name)
+
+    async def generate(self, request: Request) -> Response:
+        return await self.backbone.generate(request)
+
+    async def answer_instance(self, request: Request, view: Instance) -> Response:
+        return await self.backbone.answer_instance(request, self._instances[view.key])
+
+
+def reference_channel(backbone: Any, instances: list[Instance]) -> Any:
+    """The run's backbone as a system gets it: a reference baseline behind a :class:`ReferenceChannel`
+    for the session's instances; any other backbone as it is."""
+    if getattr(backbone, "answers_from_annotations", False):
+        return ReferenceChannel(backbone, {i.key: i for i in instances})
+    return backbone
+
+
+async def answer_probe(run: OnlineRun, system: StreamingSystem, traj: Trajectory, inst: Instance,
+                       clock: UpdateClock, shown: dict[str, Any], unseen: str | None = None) -> None:
+    """Ask the system one instance (as :func:`apm.data.instances.instance_view`: no annotations) from
+    its current state and keep the record (``unseen``: why the session's video could not be streamed;
+    the instance records it without being asked)."""
     s = run.setup
     began = time.perf_counter()
     in_flight = 0
@@ -173,11 +271,10 @@ async def answer_probe(run: OnlineRun, traj: Trajectory, inst: Instance, clock: 
     else:
         run._in_flight += 1
         in_flight = run._in_flight
-        system = s.protocol
-        assert isinstance(system, StreamingSystem)  # called only from replay_session, for a StreamingSystem
         refusals: list[CausalityError] = []
         try:
-            answer = await ask(system, Probe(inst, traj, partial(compose_request, s, traj, inst, refusals)))
+            probe = Probe(instance_view(inst), traj, partial(compose_request, s, traj, inst, refusals))
+            answer = await ask(system, probe)
             sent = answer.request.frames if answer.request is not None else ()
             check_shown(traj, inst, History(), (*answer.frames, *sent))
             if refusals:

@@ -15,7 +15,9 @@ session in wall-clock order, one session at a time per system object:
    measured like every memory protocol's (Eq. 2, Table 10).
 
 Every call of a session depends only on the state folder, the session's stream and the engines, so
-a session replayed after a crash rebuilds the same state. A new system is one subclass plus one
+a session replayed after a crash rebuilds the same state. A probe carries an instance view without
+the annotations, and an EA instance is answered by a fresh copy of the system fed its visible
+sessions alone (docs/streaming-systems.md, "Restricted instances (EA)"). A new system is one subclass plus one
 YAML file under ``conf/memory/`` (its ``_target_``), inside or outside this package.
 """
 
@@ -52,7 +54,8 @@ class SessionContext:
 
 @dataclass(frozen=True)
 class Probe:
-    """One instance to answer now; ``request`` builds the run's one request layout from what the system shows."""
+    """One instance to answer now (``instance``: its view, no annotations); ``request`` builds the run's
+    one request layout from what the system shows."""
 
     instance: Instance
     trajectory: Trajectory
