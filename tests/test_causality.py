@@ -121,7 +121,7 @@ def test_an_honest_history_passes_and_each_item_is_checked_by_its_formed_at_time
     assert "without the time it was formed" in why
 
 
-def test_the_current_session_header_shows_its_start_and_the_current_time_only(tiny, tmp_path):
+def test_the_current_session_header_shows_its_start_and_now_and_the_request_the_current_time(tiny, tmp_path):
     release = load_release(tiny)
     cache = FrameCache(tmp_path / "cache")
     inst = next(i for i in release_instances(release)
@@ -130,5 +130,6 @@ def test_the_current_session_header_shows_its_start_and_the_current_time_only(ti
     current = traj.session(inst.session)
     prepared = prepare(cache, traj, inst, History(), 8, GenerationSettings())
     text = "\n".join(p.text for m in prepared.request.messages for p in m.parts if isinstance(p, TextPart))
-    assert f"[Current session {current.key}, {clock.label(current.start)} to {clock.split(inst.probe_time)[1]}]" in text
+    assert f"[Current session {current.key}, {clock.label(current.start)} to now]" in text
+    assert f"[Current time: {clock.label(inst.probe_time)}]" in text
     assert clock.split(current.end)[1] not in text  # the session's end lies after the probe: never shown

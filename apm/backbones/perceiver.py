@@ -40,7 +40,8 @@ SESSION_ENDS = "session ends"
 
 _LABEL = r"DAY\d+ \d\d:\d\d:\d\d"
 _HEADER = re.compile(rf"^\[(Video of earlier session|Current session|Memory of session) \S+, ({_LABEL}) to "
-                     r"(\d\d:\d\d:\d\d)\]$", re.M)
+                     r"(\d\d:\d\d:\d\d|now)\]$", re.M)
+"""A session header; the current session's ends at ``now`` (the current time)."""
 _NOW = re.compile(rf"\[Current time: ({_LABEL})\]")
 _SAID = re.compile(rf"^\[({_LABEL})\] User: (.*)$", re.M)
 _NOTE = re.compile(rf"^({_LABEL}): (.*)$")
@@ -221,14 +222,17 @@ def shown(request: Request) -> Shown:
         seen.update({s.second: s for s in from_note})
         said += kept
     seen.update({s.second: s for s in map(perceive, request.frames) if s is not None})
+    stated = _NOW.search(whole)
+    now = _abs(stated.group(1)) if stated else None
     sessions, current = {}, 0
     for kind, start, end in _HEADER.findall(whole):
         first = _abs(start)
-        sessions[first] = first - first % clock.SECONDS_PER_DAY + clock.parse_hms(end)
+        if end != "now":
+            sessions[first] = first - first % clock.SECONDS_PER_DAY + clock.parse_hms(end)
+        elif now is not None:
+            sessions[first] = now
         current = first if kind == "Current session" else current
-    now = _NOW.search(whole)
-    return Shown(seen, tuple(sorted(said)), sessions, current, _abs(now.group(1)) if now else None,
-                 texts[-1] if texts else "")
+    return Shown(seen, tuple(sorted(said)), sessions, current, now, texts[-1] if texts else "")
 
 
 # ---- multiple choice -------------------------------------------------------------------------------

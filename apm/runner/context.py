@@ -37,10 +37,15 @@ class Prepared:
     hands it to a reference baseline)."""
 
 
-def _session_header(trajectory: Trajectory, key: str, what: str, until: int | None = None) -> str:
-    """``[<what> DAYn/Sxxx, DAYn HH:MM:SS to HH:MM:SS]``: the session's start, and its end or ``until``."""
+CURRENT_END = "now"
+"""How the current session's header ends: at the current time (stated as ``[Current time: …]``), never
+at the session's end, which lies after the probe; the same in every probe of a session (docs/prompts.md)."""
+
+
+def _session_header(trajectory: Trajectory, key: str, what: str, end: str | None = None) -> str:
+    """``[<what> DAYn/Sxxx, DAYn HH:MM:SS to <end>]``: the session's start, and its end time (or ``end``)."""
     s = trajectory.session(key)
-    return f"[{what} {key}, {clock.label(s.start)} to {clock.split(s.end if until is None else until)[1]}]"
+    return f"[{what} {key}, {clock.label(s.start)} to {clock.split(s.end)[1] if end is None else end}]"
 
 
 def choose_frames(
@@ -72,14 +77,13 @@ def _memory_text(trajectory: Trajectory, history: History) -> list[str]:
     return ["\n".join(lines)]
 
 
-def _video_headers(trajectory: Trajectory, instance: Instance, frames: list[Frame]) -> str:
+def _video_headers(trajectory: Trajectory, current: str, frames: list[Frame]) -> str:
     """One header per earlier session whose frames are shown, then the current session's: its start and
-    the current time, never its end (which lies after the probe)."""
-    current = instance.session
+    "now" (:data:`CURRENT_END`), never its end."""
     shown = {f.session for f in frames} - {current}
     earlier = [_session_header(trajectory, s.key, "Video of earlier session")
                for s in trajectory.sessions if s.key in shown]
-    return "\n".join([*earlier, _session_header(trajectory, current, "Current session", instance.probe_time)])
+    return "\n".join([*earlier, _session_header(trajectory, current, "Current session", CURRENT_END)])
 
 
 def build_parts(trajectory: Trajectory, instance: Instance, history: History, frames: list[Frame],
@@ -92,7 +96,7 @@ def build_parts(trajectory: Trajectory, instance: Instance, history: History, fr
     """
     stills = stills or []
     current = trajectory.session(instance.session)
-    headers = _video_headers(trajectory, instance, [*frames, *stills])
+    headers = _video_headers(trajectory, current.key, [*frames, *stills])
     before = TextPart("\n\n".join([*_memory_text(trajectory, history), headers]))
     said_now = [replace(t, text=turn_text(t, instance)) for t in instance.turns if t.time >= current.start]
     probe = f"[Current time: {instance.probe_label}]\n\n{probe_prompt(instance)}"
