@@ -3,9 +3,12 @@ traceback unless one is asked for (``--debug``; for the Hydra apps also ``HYDRA_
 
 from __future__ import annotations
 
+import argparse
+import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import NoReturn, Protocol
 
 from apm.records.redact import redact
 
@@ -54,6 +57,31 @@ def guarded(prog: str, call: Callable[[], int | None], debug: bool,
             raise
         print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
         return 2 if isinstance(e, usage) else 1
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (argparse's own prints the usage above the error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {redact(message)} (--help lists the arguments)\n")
+
+
+class Main(Protocol):
+    """A console script's entry point: ``main(argv)``, ``sys.argv[1:]`` when None; its exit status."""
+
+    def __call__(self, argv: Sequence[str] | None = None) -> int: ...
+
+
+def console_script(prog: str, usage: tuple[type[BaseException], ...] = ()) -> Callable[[Main], Main]:
+    """Make a console script's ``main(argv)`` :func:`guarded`: ``--debug`` is taken out of its arguments
+    and shows the traceback; without it any error is one line (status 2 for a ``usage`` error, else 1)."""
+    def wrap(main: Main) -> Main:
+        @functools.wraps(main)
+        def run(argv: Sequence[str] | None = None) -> int:
+            args, debug = take_debug_flag([prog, *(sys.argv[1:] if argv is None else argv)])
+            return guarded(prog, lambda: main(args[1:]), debug, usage)
+        return run
+    return wrap
 
 
 _held: list[BaseException] = []

@@ -1,19 +1,82 @@
-"""Secrets are never written: a key a server echoes and a URL's password reach no file, log or W&B run."""
+"""Secrets are never written: a key a server echoes, a URL's credentials in any form and echoed auth
+headers reach no file, log or W&B run; credentials in an engine's URL are refused before anything is
+written."""
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
+from apm.backbones.openai_api import OpenAIBackbone
+from apm.records.redact import redact, register_config_secrets, register_secret
 from apm.synth import generate
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-test-0123456789abcdefSECRET"
-PASSWORD = "hunter2-PASSWORD-9876"
+TOKEN = "tok-URLTOKEN-0123456789"
+USERINFO_FORMS = {
+    "a token alone": (f"http://{TOKEN}@127.0.0.1:9/v1", [TOKEN]),
+    "user and password": ("https://alice:hunter2-PASSWORD-9876@127.0.0.1:9/v1", ["hunter2-PASSWORD-9876"]),
+    "a raw @ in the password": ("http://alice:p@ss-RAWAT-0123456@127.0.0.1:9/v1", ["p@ss-RAWAT-0123456", "ss-RAWAT"]),
+    "percent-encoded": ("http://alice:p%40ss-PCT-0123456@127.0.0.1:9/v1", ["p%40ss-PCT-0123456", "ss-PCT"]),
+}
+"""Each URL, and the parts of its credentials that must never be seen."""
+
+
+def _forms(secret: str) -> list[str]:
+    """The forms of ``secret`` an echo could take: raw, percent-encoded, base64 (unpadded)."""
+    return [secret, quote(secret, safe=""), base64.b64encode(secret.encode()).decode().rstrip("=")]
+
+
+@pytest.mark.parametrize("form", USERINFO_FORMS)
+def test_url_userinfo_in_every_form_is_masked(form: str) -> None:
+    url, secrets = USERINFO_FORMS[form]
+    clean = redact(f"GET {url}/models failed; retrying {url}")
+    assert clean.count("://***@127.0.0.1:9/v1") == 2, clean
+    assert not [s for s in secrets if s in clean]
+
+
+def test_an_echo_of_url_credentials_is_masked_once_the_config_is_registered() -> None:
+    register_config_secrets({"memory": {"hooks": ["http://alice:p%40ss-ECHOED-0123@host/x"]}})
+    basic = base64.b64encode(b"alice:p@ss-ECHOED-0123").decode()
+    for echo in ("wrong password p@ss-ECHOED-0123", f"credentials {basic} refused", "as given: p%40ss-ECHOED-0123"):
+        clean = redact(echo)
+        assert "ECHOED" not in clean and basic.rstrip("=") not in clean, clean
+
+
+def test_echoed_auth_headers_are_scrubbed_registered_or_not() -> None:
+    basic = base64.b64encode(b"bob:correct-horse-42").decode()
+    clean = redact(f"401: {{'Authorization': 'Basic {basic}'}}; Authorization: Bearer sk-unregistered-42abc")
+    assert basic not in clean and "sk-unregistered-42abc" not in clean and clean.count("***") == 2, clean
+    prose = "Basic ingredients: flour. The Bearer of good news."
+    assert redact(prose) == prose
+
+
+def test_a_registered_key_is_masked_in_its_encoded_forms() -> None:
+    key = "sk-enc/0123+456789?=&"
+    register_secret(key)
+    for form in _forms(key):
+        assert redact(f"echo {form} end") == "echo *** end"
+
+
+def test_every_api_key_variable_in_a_config_is_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APM_NESTED_WRITER_KEY", "nested-writer-key-0042")
+    register_config_secrets({"memory": {"writer": {"api_key_env": "APM_NESTED_WRITER_KEY"}}})
+    assert redact("echo nested-writer-key-0042") == "echo ***"
+
+
+@pytest.mark.parametrize("form", USERINFO_FORMS)
+def test_an_engine_refuses_credentials_in_its_url(form: str) -> None:
+    url, secrets = USERINFO_FORMS[form]
+    with pytest.raises(ValueError, match="credentials in the URL .* are refused") as refused:
+        OpenAIBackbone(model="m", base_url=url, api_key_env="APM_TEST_KEY")
+    assert not [s for s in secrets if s in str(refused.value)] and "api_key_env" in str(refused.value)
 
 
 @pytest.fixture(scope="module")
@@ -43,24 +106,51 @@ def _leaks(root: Path, secret: str) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
-@pytest.mark.parametrize("case", ["echoed key", "password in the URL"])
-def test_no_secret_is_written(tiny: Path, tmp_path: Path, case: str) -> None:
-    env = {**os.environ, "APM_TEST_KEY": KEY, "WANDB_DIR": str(tmp_path / "wandb"), "WANDB_SILENT": "true"}
-    server, port = _serve(*(["--echo-headers"] if case == "echoed key" else []), env=env)
+def _command(module: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_no_byte_written_by_any_stage_holds_a_secret(tiny: Path, tmp_path: Path) -> None:
+    """An echoing server and a token in a URL of the config; then the report (with its W&B runs), the
+    site and the published W&B runs: no file anywhere holds the key or the token, in any form."""
+    env = {**os.environ, "APM_TEST_KEY": KEY, "WANDB_SILENT": "true"}
+    server, port = _serve("--echo-headers", env=env)
     try:
-        url = (f"http://127.0.0.1:{port}/v1" if case == "echoed key"
-               else f"http://user:{PASSWORD}@127.0.0.1:{port}/v1")
-        done = _run(tiny, tmp_path, url, env)
+        done = _run(tiny, tmp_path, f"http://127.0.0.1:{port}/v1", env,
+                    f"+backbone.extra_body.callback=http://{TOKEN}@hooks.example/x")
     finally:
         server.terminate()
         server.wait(timeout=30)
     records = list((tmp_path / "runs").rglob("records/*.jsonl"))
-    assert records, done.stderr
-    if case == "echoed key":
-        assert done.returncode == 1 and "***" in records[0].read_text()  # every instance refused, key masked
-    for secret in (KEY, PASSWORD):
-        assert secret not in done.stdout + done.stderr
-        assert not _leaks(tmp_path, secret)
+    assert records and done.returncode == 1, done.stderr  # every instance refused, quoting the key
+    assert "Authorization: Bearer ***" in records[0].read_text()
+    said = [done]
+    runs = str(tmp_path / "runs")
+    said.append(_command("apm.reduce.cli", runs, "--out", str(tmp_path / "report"), "--no-figures", "--bootstrap",
+                         "0", "--wandb", "--wandb-mode", "offline", env=env))
+    said.append(_command("apm.view.cli", runs, "--out", str(tmp_path / "site"), env=env))
+    said.append(_command("apm.publish.cli", runs, "--dir", str(tmp_path / "published"), "--bootstrap", "0", env=env))
+    assert [d.returncode for d in said[1:]] == [0, 0, 0], [d.stderr[-500:] for d in said[1:]]
+    assert any((tmp_path / "site").rglob("*.js"))
+    live, report, published = (list(where.rglob("offline-run-*")) for where in
+                               (next((tmp_path / "runs").rglob("records")).parent / "wandb", tmp_path / "report",
+                                tmp_path / "published"))
+    assert live and report and published  # the W&B offline folders of every stage are among the bytes read
+    for secret in (*_forms(KEY), *_forms(TOKEN)):
+        assert not [d for d in said if secret in d.stdout + d.stderr]
+        assert not _leaks(tmp_path, secret), secret
+
+
+@pytest.mark.parametrize("form", USERINFO_FORMS)
+def test_credentials_in_an_engine_url_are_refused_before_anything_is_written(tiny: Path, tmp_path: Path,
+                                                                             form: str) -> None:
+    url, secrets = USERINFO_FORMS[form]
+    done = _run(tiny, tmp_path, url, {**os.environ, "APM_TEST_KEY": KEY})
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "backbone.base_url: credentials in the URL" in done.stderr and "backbone.api_key_env" in done.stderr
+    assert not [s for s in secrets if s in done.stdout + done.stderr]
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -44,6 +44,7 @@ from apm.backbones.base import (
 )
 from apm.backbones.guard import ContextGuard, Policy, text_chars
 from apm.data.frames import Frame
+from apm.records.redact import redact, url_userinfo
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,16 @@ RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 PREFLIGHT_CONNECT_ATTEMPTS = 3
 """Tries at reaching ``GET /models`` before a run (1 s, then 2 s apart): a server that is down is
 reported within seconds instead of after every instance's retry budget."""
+
+
+def url_credentials_problem(url: str, setting: str) -> str | None:
+    """Why credentials in ``url`` (``setting`` names it) are refused, or None when it carries none: httpx
+    would send them as Basic auth in place of the key, and the URL is saved and logged with the run."""
+    if not url_userinfo(url):
+        return None
+    where = setting.removesuffix("base_url")
+    return (f"{setting}: credentials in the URL ({redact(url)}) are refused (they would be sent as Basic auth "
+            f"in place of the key); export the key and name its variable in {where}api_key_env")
 
 
 class EndpointError(RuntimeError):
@@ -142,6 +153,8 @@ class OpenAIBackbone(Backbone):
     ) -> None:
         if frame_mode not in ("images", "video"):
             raise ValueError(f"frame_mode must be 'images' or 'video', not {frame_mode!r}")
+        if problem := url_credentials_problem(base_url, "base_url"):
+            raise ValueError(problem)
         self.name = name or model
         self.model = model
         self.base_url = base_url.rstrip("/")

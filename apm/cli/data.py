@@ -10,7 +10,7 @@ from pathlib import Path
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.data.stats import format_stats, release_stats
-from apm.errors import DEBUG_FLAG, guarded
+from apm.errors import DEBUG_FLAG, OneLineParser, guarded
 
 
 def _synth(args: argparse.Namespace) -> int:
@@ -55,7 +55,7 @@ def _overlay(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="apm-data", description=__doc__)
+    parser = OneLineParser(prog="apm-data", description=__doc__)
     parser.add_argument(DEBUG_FLAG, action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
 

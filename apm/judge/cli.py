@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from hydra.utils import instantiate
+from omegaconf.errors import OmegaConfBaseException
 
 from apm.configs import CONF_DIR
 from apm.data.problems import ReleaseError
+from apm.errors import OneLineParser, console_script
 from apm.judge.stage import JudgeStage
 from apm.runner.config import register
 
@@ -40,8 +43,10 @@ async def _main(run_dirs: list[Path], overrides: list[str], concurrency: int, re
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apm-judge", description=__doc__)
+@console_script("apm-judge", usage=(ReleaseError, HydraException, OmegaConfBaseException))
+def main(argv: Sequence[str] | None = None) -> int:
+    """Judge; every error is one line (``--debug``: the traceback), a release or config error exit 2."""
+    p = OneLineParser(prog="apm-judge", description=__doc__)
     p.add_argument("args", nargs="+", help="run directories, then Hydra overrides such as judge=deepseek_v4_flash")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--invalid-retries", type=int, default=2)
@@ -51,11 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = [d for d in run_dirs if not (d / "config.json").exists()]
     if not run_dirs or missing:
         p.error(f"not run directories (no config.json): {', '.join(map(str, missing)) or '(none given)'}")
-    try:
-        return asyncio.run(_main(run_dirs, overrides, ns.concurrency, ns.invalid_retries))
-    except ReleaseError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return asyncio.run(_main(run_dirs, overrides, ns.concurrency, ns.invalid_retries))
 
 
 if __name__ == "__main__":

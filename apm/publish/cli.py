@@ -9,11 +9,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from apm.errors import OneLineParser, console_script
 from apm.publish.wandb_runs import PublishOptions, publish
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="apm-publish", description=__doc__)
+    p = OneLineParser(prog="apm-publish", description=__doc__)
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run dirs, or folders above them")
     p.add_argument("--project", default="apm-bench")
     p.add_argument("--entity")
@@ -40,8 +41,10 @@ def options(args: argparse.Namespace) -> PublishOptions:
     )
 
 
+@console_script("apm-publish")
 def main(argv: Sequence[str] | None = None) -> int:
-    """Publish; no records, a missing run dir or wandb, or a config in two run dirs is one line, exit 2."""
+    """Publish; no records, a missing run dir or wandb, or a config in two run dirs is one line, exit 2
+    (any other error one line and exit 1; ``--debug``: the traceback)."""
     args = parser().parse_args(argv)
     try:
         published = publish(args.runs, options(args))

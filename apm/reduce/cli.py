@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from apm.errors import OneLineParser, console_script
 from apm.publish.report import log_summary
 from apm.publish.source import default_group, run_dirs
 from apm.publish.wandb_runs import PublishOptions, publish
@@ -27,7 +28,7 @@ PROG = "apm-reduce"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__)
+    p = OneLineParser(prog=PROG, description=__doc__)
     p.add_argument("runs", nargs="*", type=Path, metavar="RUN_DIR", help="run dirs, or folders above them")
     p.add_argument("--out", type=Path, required=True,
                    help="report folder: new, empty, or an earlier apm-reduce report (replaced whole)")
@@ -102,8 +103,10 @@ def _compare(args: argparse.Namespace, out: Path) -> None:
     compare_runs(a, b, args.seed, args.bootstrap).to_csv(out / "compare.csv", index=False)
 
 
+@console_script(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
-    """Reduce; user errors (a missing run dir, unjudged probes, a full disk) are one line and exit 2."""
+    """Reduce; user errors (a missing run dir, unjudged probes, a full disk) are one line and exit 2 (any
+    other error one line and exit 1; ``--debug``: the traceback)."""
     args = parser().parse_args(argv)
     if not args.runs and not args.compare:
         parser().error("give RUN_DIR(s), --compare RUN_A RUN_B, or both")

@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 from collections import defaultdict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
 from apm.backbones.base import GenerationSettings
-from apm.backbones.openai_api import EndpointError
+from apm.backbones.openai_api import EndpointError, url_credentials_problem
 from apm.configs import CONF_DIR
 from apm.data.fingerprint import release_fingerprint
 from apm.data.instances import Instance, release_instances
@@ -44,7 +45,7 @@ from apm.errors import hold, hydra_guarded
 from apm.prompts import PROMPT_VERSION
 from apm.records.atomic import write_json_atomically
 from apm.records.jsonl import latest_records
-from apm.records.redact import ENV_NAME, redact_data, redact_logging, register_env_secrets
+from apm.records.redact import ENV_NAME, redact_data, redact_logging, register_config_secrets
 from apm.runner import ledger, manifest
 from apm.runner.code import code_identity, code_parts, what_changed
 from apm.runner.config import (
@@ -116,9 +117,28 @@ ENGINE_KEYS = ("backbone", "writer", "judge")
 """Config keys that may hold an engine with an API key variable."""
 
 
+def settings(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every leaf of a JSON-like config as ``(dotted.key, value)``."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from settings(value, f"{prefix}{key}.")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from settings(value, f"{prefix}{i}.")
+    else:
+        yield prefix.removesuffix("."), node
+
+
 def check_config(cfg: DictConfig) -> None:
-    """What composing cannot check: the config groups' argument names and types, and that every API key
-    variable an engine names is set (a judge's too, though it runs only after the run)."""
+    """What composing cannot check: the config groups' argument names and types, that every API key
+    variable an engine names is set (a judge's too, though it runs only after the run) and that no URL an
+    engine calls carries credentials. Every secret the config reaches is registered for redaction first."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    register_config_secrets(resolved)
+    for setting, value in settings(resolved):
+        if setting.rpartition(".")[2] == "base_url" and isinstance(value, str):
+            if problem := url_credentials_problem(value, setting):
+                raise ConfigError(problem)
     if cfg.get("rerun_errors") is not None:
         raise ConfigError("rerun_errors: replaced by rerun=errors (run again what failed) or rerun=all "
                           "(that, and redo what other code made)")
@@ -136,7 +156,6 @@ def check_config(cfg: DictConfig) -> None:
                               "(it would be saved with the run)")
         if variable and not os.environ.get(variable):
             raise ConfigError(f"{key}.api_key_env: ${variable} is not set; export the key there (read from there only)")
-    register_env_secrets((cfg.get(key) or {}).get("api_key_env") for key in ENGINE_KEYS)
 
 
 def _load_release(root: str):

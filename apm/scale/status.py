@@ -13,7 +13,6 @@ while jobs run, after they end, and on a machine without SLURM.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -25,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from apm.errors import DEBUG_FLAG, guarded
+from apm.errors import DEBUG_FLAG, OneLineParser, guarded
 from apm.records.jsonl import latest_by, read_folder, read_jsonl
 from apm.runner import ledger
 from apm.scale import scheduler
@@ -245,7 +244,7 @@ def _whole_plan(rows: list[ShardStatus]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apm-status", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="apm-status", description=__doc__.splitlines()[0])
     p.add_argument("root", type=Path, help="a run dir or any folder above run dirs (an output_root)")
     p.add_argument("--json", action="store_true", help="one JSON object per shard instead of the table")
     p.add_argument(DEBUG_FLAG, action="store_true", help="show the traceback of an error")

@@ -11,7 +11,6 @@ settings are the ``hydra/launcher`` preset's.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import sys
@@ -23,9 +22,12 @@ from typing import Any, Sequence, cast
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from apm.configs import CONF_DIR
+from apm.errors import OneLineParser, console_script
 from apm.runner import ledger
 from apm.runner.app import run_dir_of
 from apm.runner.config import ConfigError
@@ -145,8 +147,11 @@ def submit(jobs: list[ShardJob], launcher: dict[str, Any]) -> list[tuple[ShardJo
     return [(job, str(h.job_id)) for job, h in zip(jobs, handles)]
 
 
+@console_script("apm-submit", usage=(ConfigError, HydraException, OmegaConfBaseException))
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apm-submit", description=__doc__.splitlines()[0])
+    """Submit the sweep's pending shard jobs; every error is one line (``--debug``: the traceback), a config
+    error exit 2."""
+    p = OneLineParser(prog="apm-submit", description=__doc__.splitlines()[0])
     p.add_argument("overrides", nargs="*", help="apm-run overrides, sweeps included (a,b / range(n))")
     p.add_argument("-m", "--multirun", action="store_true", help="accepted as apm-run accepts it; always a sweep")
     p.add_argument("--dry-run", action="store_true", help="list the jobs; submit nothing")

@@ -8,13 +8,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from apm.errors import OneLineParser, console_script
 from apm.records.atomic import OutputRefused
 from apm.view.collect import ReleaseChanged
 from apm.view.site import PROG, build_site
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__)
+    p = OneLineParser(prog=PROG, description=__doc__)
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run dirs, or folders above them")
     p.add_argument("--out", type=Path, required=True,
                    help="site folder: new, empty, or an earlier apm-view site (replaced whole)")
@@ -24,8 +25,10 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@console_script(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
-    """Build the site; a missing run dir or a write failure is one line and exit 2."""
+    """Build the site; a missing run dir or a write failure is one line and exit 2 (any other error one
+    line and exit 1; ``--debug``: the traceback)."""
     args = parser().parse_args(argv)
     if args.thumb_side < 16:
         parser().error("--thumb-side must be at least 16")
