@@ -94,11 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    """Run the subcommand; a release's problems are its report, one per line (exit status 2)."""
+    """Run the subcommand; a release's problems are ``validate``'s report, one per line, and one line
+    naming their count and ``validate`` for the other subcommands (exit status 2 both)."""
     try:
         return args.func(args)
     except ReleaseError as e:
-        print(f"error: {e}", file=sys.stderr)
+        if args.command == "validate":
+            print(f"error: {e}", file=sys.stderr)
+        else:
+            print(f"apm-data: error: {str(e).splitlines()[0]}; `apm-data validate {args.root}` lists them",
+                  file=sys.stderr)
         return 2
 
 

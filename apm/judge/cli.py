@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from apm.configs import CONF_DIR
 from apm.data.problems import ReleaseError
 from apm.errors import OneLineParser, console_script
-from apm.judge.stage import JudgeStage
+from apm.judge.stage import JudgeStage, ReleaseChanged
 from apm.runner.config import register
 
 
@@ -43,7 +43,7 @@ async def _main(run_dirs: list[Path], overrides: list[str], concurrency: int, re
     return 0
 
 
-@console_script("apm-judge", usage=(ReleaseError, HydraException, OmegaConfBaseException))
+@console_script("apm-judge", usage=(ReleaseError, ReleaseChanged, HydraException, OmegaConfBaseException))
 def main(argv: Sequence[str] | None = None) -> int:
     """Judge; every error is one line (``--debug``: the traceback), a release or config error exit 2."""
     p = OneLineParser(prog="apm-judge", description=__doc__)

@@ -53,6 +53,10 @@ def cache_key(model: str, key: str, output: str) -> str:
     return hashlib.sha256(json.dumps([model, RUBRIC_VERSION, key, response_digest(output)]).encode()).hexdigest()
 
 
+class ReleaseChanged(ValueError):
+    """The release lost candidates that records to be judged name: their references are gone."""
+
+
 @dataclass
 class JudgeStats:
     judged: int = 0
@@ -88,9 +92,6 @@ class JudgeStage:
     async def _run_dir(self, run_dir: Path, sem: asyncio.Semaphore) -> None:
         saved = json.loads((run_dir / "config.json").read_text())
         root = saved["config"]["dataset"]["root"]
-        if saved.get("release_fingerprint") not in (None, now := release_fingerprint(root)):
-            log.warning("%s: the release at %s changed since the run (fingerprint %s, now %s): judging against "
-                        "its annotations as they are now", run_dir, root, saved["release_fingerprint"], now)
         release = load_release(root, check_videos=False)
         candidates = {(c.trajectory_id, c.candidate_id): c for c in release.candidates}
         lines = list(read_folder(run_dir / "judgements"))
@@ -100,6 +101,13 @@ class JudgeStage:
                 if needs_judge(r) and (self.only_keys is None or r["key"] in self.only_keys)]
         fresh = [r for r in todo if cache_key(self.model, r["key"], r["output"]) not in done]
         self.stats.cached += len(todo) - len(fresh)
+        lost = sorted({r["candidate_id"] for r in fresh if (r["trajectory_id"], r["candidate_id"]) not in candidates})
+        if lost:
+            raise ReleaseChanged(f"{run_dir}: the release at {root} no longer has {len(lost)} candidate(s) its records "
+                                 f"name ({', '.join(lost[:3])}); judge with the run's release")
+        if saved.get("release_fingerprint") not in (None, now := release_fingerprint(root)):
+            log.warning("%s: the release at %s changed since the run (fingerprint %s, now %s): judging against "
+                        "its annotations as they are now", run_dir, root, saved["release_fingerprint"], now)
         out = JsonlAppender(run_dir / "judgements" / f"{slug(self.judge.name)}{self.file_suffix}.jsonl")
         try:
             async def one(rec: dict[str, Any]) -> None:
