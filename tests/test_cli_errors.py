@@ -144,9 +144,10 @@ CASES: dict[str, Callable[[Made, Path], dict]] = {
     "apm-judge: no run dir": lambda m, t: {"args": ("apm.judge.cli", "judge=gate_only")},
     "apm-judge: override error": lambda m, t: {"args": ("apm.judge.cli", str(_copy_run(m, t)), "judge=no_such_judge")},
     "apm-judge: damaged config.json": lambda m, t: {
-        "args": ("apm.judge.cli", str(_copy_run(m, t, damage=True)), "judge=gate_only")},
+        "args": ("apm.judge.cli", str(_copy_run(m, t, damage=True)), "judge=gate_only"),
+        "says": "config.json: damaged"},
     "apm-judge: changed release": lambda m, t: {
-        "args": ("apm.judge.cli", str(_changed_release(m, t)), "judge=gate_only")},
+        "args": ("apm.judge.cli", str(_changed_release(m, t)), "judge=gate_only"), "says": "no longer has"},
     "apm-judge: read-only run dir": lambda m, t: {
         "args": ("apm.judge.cli", str(_copy_run(m, t)), "judge=gate_only"), "read_only": t / "copied"},
     "apm-judge: missing key": lambda m, t: {"args": ("apm.judge.cli", str(_copy_run(m, t)), "judge=deepseek_v4_flash"),
@@ -165,7 +166,8 @@ CASES: dict[str, Callable[[Made, Path], dict]] = {
         "args": ("apm.publish.cli", str(_copy_run(m, t)), "--bootstrap", "0"), "read_only": t / "copied"},
     "apm-view: no --out": lambda m, t: {"args": ("apm.view.cli", str(m.root))},
     "apm-view: damaged config.json": lambda m, t: {
-        "args": ("apm.view.cli", str(_copy_run(m, t, damage=True)), "--out", str(t / "site"))},
+        "args": ("apm.view.cli", str(_copy_run(m, t, damage=True)), "--out", str(t / "site")),
+        "says": "config.json: damaged"},
     "apm-view: read-only --out": lambda m, t: {
         "args": ("apm.view.cli", str(m.root), "--out", str(_read_only_folder(t) / "site")),
         "read_only": t / "read-only"},
@@ -176,7 +178,8 @@ CASES: dict[str, Callable[[Made, Path], dict]] = {
 @pytest.mark.parametrize("case", CASES)
 def test_every_console_script_refuses_in_one_line(made: Made, tmp_path: Path, case: str) -> None:
     prepared = CASES[case](made, tmp_path)
-    refused(tmp_path, made, *prepared["args"], env=prepared.get("env"), read_only=prepared.get("read_only"))
+    line = refused(tmp_path, made, *prepared["args"], env=prepared.get("env"), read_only=prepared.get("read_only"))
+    assert prepared.get("says", "") in line
 
 
 def test_a_read_only_dir_really_denies_writes(tmp_path: Path) -> None:

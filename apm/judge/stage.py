@@ -34,6 +34,7 @@ from apm.judge.rubric import (
     judge_prompt,
     probe_reference,
 )
+from apm.records.atomic import read_run_config
 from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
 from apm.records.judging import needs_judge, response_digest
 from apm.records.naming import slug
@@ -90,7 +91,7 @@ class JudgeStage:
         return self.stats
 
     async def _run_dir(self, run_dir: Path, sem: asyncio.Semaphore) -> None:
-        saved = json.loads((run_dir / "config.json").read_text())
+        saved = read_run_config(run_dir)
         root = saved["config"]["dataset"]["root"]
         release = load_release(root, check_videos=False)
         candidates = {(c.trajectory_id, c.candidate_id): c for c in release.candidates}

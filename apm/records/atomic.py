@@ -40,6 +40,21 @@ def write_json_atomically(path: Path, value: Any) -> Path:
     return write_atomically(path, json.dumps(value, indent=2, default=str).encode())
 
 
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """A run dir's ``config.json`` (``config_hash``, ``release_fingerprint``, ``config``); a damaged one is a
+    ``ValueError`` naming the file, so every command that needs it refuses in one line."""
+    path = run_dir / "config.json"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: damaged, not JSON ({e.msg} at line {e.lineno}); rerun the run's apm-run "
+                         "command to rewrite it") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict) or "config_hash" not in saved:
+        raise ValueError(f"{path}: damaged, not a run's config (no config_hash and config); rerun the run's apm-run "
+                         "command to rewrite it")
+    return saved
+
+
 @contextmanager
 def staged_folder(target: Path) -> Iterator[Path]:
     """A fresh folder beside ``target`` to write a whole output into; on success it replaces

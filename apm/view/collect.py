@@ -8,7 +8,6 @@ whole, so it never disagrees with the scores at the top of the page.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,6 +24,7 @@ from apm.data.model import Release
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE, EA, MCQA_TASKS, TASKS
+from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
 from apm.reduce import RunSet, load_runs, score_table
 from apm.reduce.coverage import PARTIAL, coverage_by_method
@@ -112,7 +112,7 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[RunDir]:
 
 
 def _run_dir(path: Path, shown: str) -> RunDir:
-    saved = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    saved = read_run_config(path)
     return RunDir(path, str(saved["config_hash"]), saved["config"], shown, saved.get("release_fingerprint"))
 
 
