@@ -154,6 +154,11 @@ CASES: dict[str, Callable[[Made, Path], dict]] = {
                                             "env": {"DEEPSEEK_API_KEY": ""}},
     "apm-status: unknown option": lambda m, t: {"args": ("apm.scale.status", "--frobnicate", str(m.root))},
     "apm-submit: config typo": lambda m, t: {"args": ("apm.scale.submit", f"dataset.root={m.release}", "concurency=3")},
+    "apm-submit: credentials in a URL": lambda m, t: {
+        "args": ("apm.scale.submit", f"dataset.root={m.release}", f"output_root={t / 'out'}",
+                 "backbone=openai_compatible", "backbone.model=m", "backbone.base_url=http://tok-0123456789@h:9/v1",
+                 *LIMIT),
+        "says": "backbone.base_url: credentials in the URL (http://***@h:9/v1) are refused"},
     "apm-submit: no srun": lambda m, t: {
         "args": ("apm.scale.submit", f"dataset.root={m.release}", f"output_root={t / 'out'}", "hydra/launcher=slurm",
                  f"hydra.launcher.submitit_folder={t / 'submitit'}", *LIMIT),

@@ -129,16 +129,23 @@ def settings(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix.removesuffix("."), node
 
 
-def check_config(cfg: DictConfig) -> None:
-    """What composing cannot check: the config groups' argument names and types, that every API key
-    variable an engine names is set (a judge's too, though it runs only after the run) and that no URL an
-    engine calls carries credentials. Every secret the config reaches is registered for redaction first."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+def check_engine_urls(cfg: DictConfig) -> None:
+    """Refuse a ``base_url`` (at any depth) that carries credentials, naming the setting; every secret
+    the config reaches is registered for redaction first, so no line about it can leak one (Hydra's own
+    node, which ``apm-submit`` composes too, is not the run's)."""
+    resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"]), resolve=True)
     register_config_secrets(resolved)
     for setting, value in settings(resolved):
         if setting.rpartition(".")[2] == "base_url" and isinstance(value, str):
             if problem := url_credentials_problem(value, setting):
                 raise ConfigError(problem)
+
+
+def check_config(cfg: DictConfig) -> None:
+    """What composing cannot check: the config groups' argument names and types, that every API key
+    variable an engine names is set (a judge's too, though it runs only after the run) and that no URL an
+    engine calls carries credentials. Every secret the config reaches is registered for redaction first."""
+    check_engine_urls(cfg)
     if cfg.get("rerun_errors") is not None:
         raise ConfigError("rerun_errors: replaced by rerun=errors (run again what failed) or rerun=all "
                           "(that, and redo what other code made)")

@@ -29,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 from apm.configs import CONF_DIR
 from apm.errors import OneLineParser, console_script
 from apm.runner import ledger
-from apm.runner.app import run_dir_of
+from apm.runner.app import check_engine_urls, run_dir_of
 from apm.runner.config import ConfigError
 from apm.scale import scheduler
 from apm.scale.status import last_job_id, record_counts, shard_status
@@ -96,6 +96,7 @@ def expand(overrides: Sequence[str]) -> tuple[list[ShardJob], dict[str, Any]]:
     launcher: dict[str, Any] = {}
     for combo in sweep_combinations(overrides):
         cfg = _compose(combo)
+        check_engine_urls(cfg)  # before a job file, pickle or ledger line holds the overrides
         launcher = launcher or cast(dict[str, Any], OmegaConf.to_container(cfg.hydra.launcher, resolve=True))
         given = any(o.split("=", 1)[0].lstrip("+~") == "shard.index" for o in combo)
         indices = [cfg.shard.index] if given else range(cfg.shard.count)
