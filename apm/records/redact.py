@@ -31,14 +31,16 @@ with a digit or a symbol in it (so prose such as "Basic ingredients" is left alo
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """What an ``api_key_env`` value must look like: the *name* of a variable, never the key itself."""
 
-_secrets: set[str] = set()
+_secrets: list[str] = []
+"""Every registered form, longest first: one that contains another is masked whole, leaving no part behind."""
 
 
 def register_secret(value: str | None) -> None:
     """Mask ``value`` from now on, wherever it appears, also percent-encoded or base64-encoded (ignored
     when empty or too short to be a key)."""
     if value and len(value) >= MIN_SECRET_CHARS:
-        _secrets.update({value, quote(value, safe=""), base64.b64encode(value.encode()).decode().rstrip("=")})
+        forms = {value, quote(value, safe=""), base64.b64encode(value.encode()).decode().rstrip("=")}
+        _secrets[:] = sorted(set(_secrets) | forms, key=len, reverse=True)
 
 
 def url_userinfo(text: str) -> list[str]:
@@ -79,8 +81,8 @@ def register_config_secrets(config: Any) -> None:
 
 def redact(text: str) -> str:
     """``text`` with every registered secret, URL userinfo and echoed header credential replaced by
-    :data:`MASK` (longest secret first, so one that contains another leaves no part behind)."""
-    for secret in sorted(_secrets, key=len, reverse=True):
+    :data:`MASK`."""
+    for secret in _secrets:
         if secret in text:
             text = text.replace(secret, MASK)
     if "@" in text:
