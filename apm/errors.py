@@ -98,10 +98,23 @@ def _raise_held(_: None) -> None:
         raise _held.pop()
 
 
+def unknown_hydra_flags(argv: Sequence[str]) -> list[str]:
+    """The flags of ``argv`` that Hydra's command line does not know (its parser would print its usage
+    block above the error)."""
+    from hydra._internal.utils import get_args_parser  # Hydra's own parser: the flags it takes, exactly
+
+    return get_args_parser().parse_known_args(list(argv))[1]
+
+
 def hydra_guarded(prog: str, app: Callable[[], None], usage: tuple[type[BaseException], ...] = ()) -> int:
     """Run a ``@hydra.main`` app under :func:`guarded`: Hydra is made to raise instead of printing its own
-    multi-line report; ``--debug`` (taken out of ``sys.argv``) or ``HYDRA_FULL_ERROR=1`` shows the traceback."""
+    multi-line report; ``--debug`` (taken out of ``sys.argv``) or ``HYDRA_FULL_ERROR=1`` shows the traceback;
+    an unknown flag is one line, exit 2."""
     sys.argv, debug = take_debug_flag(sys.argv)
+    if unknown := unknown_hydra_flags(sys.argv[1:]):
+        print(f"{prog}: error: unrecognized arguments: {redact(' '.join(unknown))} (--help lists them)",
+              file=sys.stderr)
+        return 2
     debug = debug or os.environ.get("HYDRA_FULL_ERROR") == "1"
     before = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"

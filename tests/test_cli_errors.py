@@ -127,6 +127,7 @@ def _read_only_folder(tmp_path: Path) -> Path:
 CASES: dict[str, Callable[[Made, Path], dict]] = {
     "apm-data: unknown command": lambda m, t: {"args": ("apm.cli.data", "frobnicate")},
     "apm-data: missing release": lambda m, t: {"args": ("apm.cli.data", "stats", str(t / "nowhere"))},
+    "apm-run: unknown flag": lambda m, t: {"args": ("apm.runner.app", "--frobnicate", f"output_root={t / 'out'}")},
     "apm-run: config typo": lambda m, t: {"args": ("apm.runner.app", f"dataset.root={m.release}", "concurency=3",
                                                    f"output_root={t / 'out'}")},
     "apm-run: missing release": lambda m, t: {"args": ("apm.runner.app", f"dataset.root={t / 'nowhere'}",
