@@ -25,10 +25,11 @@ test: $(STAMP)
 # pixel-perceiver reference (the information ceiling of what each protocol shows) under SimpleStream,
 # raw video and a text summary it writes itself, beside the tiny random-weight VLM (the real engine
 # path, on the first 4 instances of each task) and the baselines; judge, reduce, print Tables 3 and 4,
-# write the figures and the instance viewer, publish offline W&B runs from the records.
+# write the figures and the instance viewer, publish offline W&B runs from the records. Latency: 2 probes a
+# task per run timed again in isolated mode after the main run (latency.sample; docs/records.md, "Latency").
 DEMO_ENV := APM_CACHE_DIR=$(DEMO)/cache APM_TINY_MODEL=$(DEMO)/tiny-qwen2vl WANDB_DIR=$(DEMO) WANDB_SILENT=true
 DEMO_RUN := $(DEMO_ENV) $(BIN)/apm-run -m dataset.root=$(DEMO)/release output_root=$(DEMO)/runs logging.progress=false \
-  logging.wandb.mode=disabled
+  logging.wandb.mode=disabled latency.sample=2
 DEMO_SUMMARY := memory=text_summary memory.max_tokens=160 +backbone@writer=perceiver
 demo: $(STAMP)
 	rm -rf $(DEMO)

@@ -14,8 +14,8 @@ import pytest
 from runner_helpers import compose_run, records, run, served
 
 from apm.backbones import Response
+from apm.backbones.fail_fast import FailFast, RunStopped
 from apm.runner.app import run_async, run_dir_of
-from apm.runner.stops import FailFast, RunStopped
 from apm.scale import scheduler, status
 from apm.synth import generate
 from apm.testing import fixtures

@@ -45,11 +45,11 @@ def fake_judge(reply: str, monkeypatch, *overrides: str):
     return proc, judge
 
 
-def judge_once(judge, run_dir: Path, retries: int = 2):
+def judge_once(judge, run_dir: Path, retries: int = 2, **options):
     async def go():
         await judge.start()
         try:
-            return await JudgeStage(judge, concurrency=4, invalid_retries=retries).run([run_dir])
+            return await JudgeStage(judge, concurrency=4, invalid_retries=retries, **options).run([run_dir])
         finally:
             await judge.close()
     return asyncio.run(go())
@@ -165,7 +165,7 @@ def test_a_judge_outage_is_retried_on_the_next_run(oracle_run, monkeypatch, tmp_
     monkeypatch.setenv("APM_JUDGE_KEY", "k")
     down = judge_backbone(["judge=deepseek_v4_flash", "judge.base_url=http://127.0.0.1:9/v1",
                            "judge.api_key_env=APM_JUDGE_KEY", "judge.max_attempts=1"])
-    first = judge_once(down, run_dir)
+    first = judge_once(down, run_dir, preflight=False, fail_fast=0)  # (fail-fast: tests/test_judge_trust.py)
     n = len([r for r in records(run_dir) if r["family"] == "adaptive"])
     assert first.failed == n and first.calls == n  # a transport failure is not retried as an invalid reply
     assert {j["failure"] for j in read_folder(run_dir / "judgements")} == {"backbone"}

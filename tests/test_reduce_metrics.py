@@ -20,7 +20,7 @@ CROSS = (100 / 4 + 100 + 0) / 3  # ER, EST, TR
 CROSS_ANSWERED = (100 / 3 + 100 + 0) / 3
 PERCEPTION = (100 + 0 + 100 + 100) / 4  # ACR, CT, OCR, STU
 # Gated s_c (Eq. 1) ×20: ERA E1 = ((0) + (4+0)/2)/2 = 1 → 20 (wrong option fails the gate); E2 = 5 → 100.
-# RCR R1 negatives only, n2's judgement failed (left out) → 3 → 60; R2 (5 + 5)/2 → 100.
+# RCR R1 negatives only, n1 3 and n2 3 (its first judgement failed, the retry scored 3) → 60; R2 (5 + 5)/2 → 100.
 # MPA (0 + 2)/2 → 20.  PRM ((4 + 0 failed parse)/2 + 4)/2 = 3 → 60.  TPG (1 + 0)/2 → 10.
 ADAPTIVE_SCORES = {"ERA": 60.0, "RCR": 80.0, "MPA": 20.0, "PRM": 60.0, "TPG": 10.0}
 ADAPTIVE = sum(ADAPTIVE_SCORES.values()) / 5
@@ -186,10 +186,21 @@ def test_response_quality_average(scores: pd.DataFrame) -> None:
     assert value(scores, "response_quality", "adaptive") == pytest.approx(sum(QUALITY.values()) / 5)
 
 
-def test_judge_failures_counted(scores: pd.DataFrame) -> None:
-    assert value(scores, "judge_failures", "RCR") == 1  # the judge replied, invalidly
-    assert value(scores, "judge_failures", "ERA") == 0
-    assert value(scores, "judge_failures", "adaptive") == 1
+def test_a_failure_judged_again_counts_as_judged(scores: pd.DataFrame) -> None:
+    assert value(scores, "judge_failures", "RCR") == 0  # R1/n2 failed, then the next apm-judge judged it
+    assert value(scores, "judge_failures", "adaptive") == 0
+
+
+def test_a_failed_judgement_is_counted_and_withholds_its_scores(tmp_path: Path) -> None:
+    probe = fixtures.record("RCR", "R1", "n1", polarity="negative", decision="SILENT", gate_pass=True)
+    other = fixtures.record("RCR", "R1", "n2", polarity="negative", decision="SILENT", gate_pass=True)
+    fixtures.write_run(tmp_path, [probe, other], [fixtures.judgement(probe, None, status="failed"),
+                                                  fixtures.judgement(other, 5)])
+    runs = load_runs([tmp_path])
+    scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
+    assert value(scores, "judge_failures", "RCR") == 1  # Table 7
+    for metric in ("task_score", "response_quality"):  # never the other probe's 100 (nor a 0)
+        assert np.isnan(value(scores, metric, "RCR")) and row(scores, metric, "RCR")["n_unjudged"] == 1
 
 
 def test_format_failures_and_errors(scores: pd.DataFrame) -> None:
@@ -300,20 +311,6 @@ def test_stale_judgement_of_a_rerun_response_is_ignored(tmp_path: Path) -> None:
     assert value(scores, "judge_failures", "RCR") == 0
     assert np.isnan(value(scores, "task_score", "RCR"))  # its only probe is unjudged: withheld, not 0
     assert row(scores, "task_score", "RCR")["n_unjudged"] == 1
-
-
-def test_latency_comes_from_isolated_records_where_a_method_has_them(tmp_path: Path) -> None:
-    loaded = {**fixtures.latency(9.0, 9.0, 0.09), "mode": "loaded"}
-    alone = {**fixtures.latency(1.0, 2.0, 0.01), "mode": "isolated"}
-    fixtures.write_run(
-        tmp_path / "a", [fixtures.record("ER", "C1", latency=loaded), fixtures.record("ER", "C2", latency=alone)]
-    )
-    other = fixtures.run_info(memory="none")
-    fixtures.write_run(tmp_path / "b", [fixtures.record("ER", "C1", run=other, latency=loaded)])
-    runs = load_runs([tmp_path])
-    scores = score_table(runs.records, runs.judgements, runs.memory, reps=0)
-    ttft = scores[(scores["metric"] == "ttft_s") & (scores["task"] == "all")].set_index("memory")["value"]
-    assert ttft["raw_video"] == 1.0 and ttft["none"] == 9.0  # isolated only where there are any
 
 
 def test_intervals_do_not_depend_on_the_order_lines_were_written(tmp_path: Path) -> None:

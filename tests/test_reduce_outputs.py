@@ -200,9 +200,16 @@ def test_reduce_refuses_unjudged_probes_unless_allowed(tmp_path: Path, capsys: p
     assert row[header.index("Adaptive")] == "–" and row[header.index("Overall")] == "–"  # withheld, never 0.00
 
 
-def test_table7_shows_judge_failures(reduced: Path) -> None:
-    t7 = pd.read_csv(reduced / "tables" / "table7.csv", index_col="Method")
+def test_table7_shows_judge_failures(tmp_path: Path) -> None:
+    root = fixtures.small_run_set(tmp_path / "runs")
+    probe = fixtures.record("TPG", "T1", "n", polarity="negative", decision="SILENT", gate_pass=True)
+    fixtures.write_jsonl(root / "main" / "records" / "shard-2.jsonl", [probe])
+    fixtures.write_jsonl(root / "main" / "judgements" / "shard-2.jsonl", [fixtures.judgement(probe, None, "failed")])
+    out = tmp_path / "out"
+    assert main([str(root / "main"), "--out", str(out), "--bootstrap", "0", "--no-figures", "--allow-unjudged"]) == 0
+    t7 = pd.read_csv(out / "tables" / "table7.csv", index_col="Method")
     assert t7.loc["Raw Video as Memory · Qwen3-VL-8B-Instruct", "Judge failures"] == 1
+    assert np.isnan(t7.loc["Raw Video as Memory · Qwen3-VL-8B-Instruct", "TPG"])
 
 
 def test_report_manifest_names_inputs_judges_and_bootstrap(reduced: Path) -> None:

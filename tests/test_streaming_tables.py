@@ -35,7 +35,7 @@ def report(tiny_model, tmp_path_factory) -> Path:  # noqa: F811
            "WANDB_MODE": "disabled"}
     common = [f"dataset.root={release}", f"output_root={tmp / 'runs'}", "backbone=tiny_qwen2vl_hf",
               "generation.max_tokens=8", "dataset.include_ea=false", "logging.progress=false",
-              "logging.wandb.mode=disabled"]
+              "logging.wandb.mode=disabled", "latency.sample=1"]  # Figure 2 needs isolated latency
     _cli("apm-run", "-m", *common, "memory=none,raw_video,event_memory,kv_cache", env=env)
     _cli("apm-run", *common, "memory=text_summary", "memory.max_tokens=16", env=env)
     run_dirs = sorted(str(p.parent) for p in (tmp / "runs").rglob("config.json"))

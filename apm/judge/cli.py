@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import logging
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -12,11 +15,33 @@ from hydra.errors import HydraException
 from hydra.utils import instantiate
 from omegaconf.errors import OmegaConfBaseException
 
+from apm.backbones.openai_api import EndpointError
 from apm.configs import CONF_DIR
 from apm.data.problems import ReleaseError
 from apm.errors import OneLineParser, console_script
 from apm.judge.stage import JudgeStage, ReleaseChanged
+from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
+from apm.records.redact import redact_logging
 from apm.runner.config import register
+
+
+class JudgeBusy(RuntimeError):
+    """Another ``apm-judge`` is judging one of the run directories; the message is one line."""
+
+
+def judging(run_dir: Path) -> WriterLock:
+    """The lock one ``apm-judge`` holds on a run directory while it judges it (``locks/apm-judge.lock``)."""
+    return WriterLock(run_dir / "locks" / "apm-judge.lock", {**this_process(), "command": "apm-judge"})
+
+
+def holding(run_dirs: list[Path], stack: ExitStack) -> None:
+    """Take every run directory's judge lock, or raise :class:`JudgeBusy` naming who holds one."""
+    for run_dir in run_dirs:
+        try:
+            stack.enter_context(judging(run_dir))
+        except LockHeld as held:
+            raise JudgeBusy(f"{run_dir} is being judged by another apm-judge ({holder_line(held.holder)}); "
+                            "not starting a second one") from None
 
 
 def judge_backbone(overrides: list[str]):
@@ -30,33 +55,44 @@ def judge_backbone(overrides: list[str]):
     return instantiate(cfg.judge, _convert_="all")
 
 
-async def _main(run_dirs: list[Path], overrides: list[str], concurrency: int, retries: int) -> int:
+async def _main(run_dirs: list[Path], overrides: list[str], ns: argparse.Namespace) -> int:
     judge = judge_backbone(overrides)
-    stage = JudgeStage(judge, concurrency=concurrency, invalid_retries=retries)
-    await judge.start()
-    try:
-        stats = await stage.run(run_dirs)
-    finally:
-        await judge.close()
-    print(f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed (left out of scores, "
-          f"counted), {stats.cached} already judged, {stats.calls} model calls")
-    return 0
+    stage = JudgeStage(judge, concurrency=ns.concurrency, invalid_retries=ns.invalid_retries,  # registers its key
+                       fail_fast=ns.fail_fast, preflight=not ns.no_preflight)
+    with ExitStack() as stack:
+        holding(run_dirs, stack)
+        await judge.start()
+        try:
+            stats = await stage.run(run_dirs)
+        finally:
+            await judge.close()
+    print(f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed (unjudged: asked again on the "
+          f"next run), {stats.cached} already judged, {stats.rejected} on record not verifying (judged again), "
+          f"{stats.calls} model calls")
+    return 1 if stats.failed else 0
 
 
-@console_script("apm-judge", usage=(ReleaseError, ReleaseChanged, HydraException, OmegaConfBaseException))
+@console_script("apm-judge",
+                usage=(ReleaseError, ReleaseChanged, EndpointError, HydraException, OmegaConfBaseException))
 def main(argv: Sequence[str] | None = None) -> int:
     """Judge; every error is one line (``--debug``: the traceback), a release or config error exit 2."""
     p = OneLineParser(prog="apm-judge", description=__doc__)
     p.add_argument("args", nargs="+", help="run directories, then Hydra overrides such as judge=deepseek_v4_flash")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--invalid-retries", type=int, default=2)
+    p.add_argument("--fail-fast", type=int, default=3, metavar="N",
+                   help="stop after N consecutive auth / not-found / connection failures (0: never)")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the check of the judge's endpoint, key and model before the first call")
     ns = p.parse_args(argv)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    redact_logging()  # the judge's key (registered by the stage) never reaches a log line
     overrides = [a for a in ns.args if "=" in a]
     run_dirs = [Path(a) for a in ns.args if "=" not in a]
     missing = [d for d in run_dirs if not (d / "config.json").exists()]
     if not run_dirs or missing:
         p.error(f"not run directories (no config.json): {', '.join(map(str, missing)) or '(none given)'}")
-    return asyncio.run(_main(run_dirs, overrides, ns.concurrency, ns.invalid_retries))
+    return asyncio.run(_main(run_dirs, overrides, ns))
 
 
 if __name__ == "__main__":

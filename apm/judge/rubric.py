@@ -43,6 +43,11 @@ REPLY_SCHEMA: dict[str, Any] = {
 The length caps (not in A.3) keep a guided reply within the judge's 512 tokens: a small model would
 otherwise list issues until it is cut off mid-JSON."""
 
+MAX_REPLY_CHARS = 16_384
+"""A reply longer than this is an invalid reply (a judge failure), never parsed or kept: the rubric's JSON
+within the schema's caps is under 3,000 characters, and an endpoint streaming megabytes would otherwise
+fill the judgements file. Not in A.3 (docs/prompts.md)."""
+
 REFERENCE_FIELDS = {
     "ERA": ("question", "choices", "correct_option_id", "answer_evidence_moments", "ideal_response_window"),
     "RCR": ("registration_event", "ideal_response_window"),
@@ -118,7 +123,10 @@ class Verdict:
 
 
 def check_reply(text: str) -> Verdict:
-    """The reply as exactly the rubric's JSON; raise ``ValueError`` saying what is wrong otherwise."""
+    """The reply as exactly the rubric's JSON, at most :data:`MAX_REPLY_CHARS` long; raise ``ValueError``
+    saying what is wrong otherwise."""
+    if len(text) > MAX_REPLY_CHARS:
+        raise ValueError(f"{len(text):,} characters, over the cap of {MAX_REPLY_CHARS:,}")
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:

@@ -1,14 +1,17 @@
 """Judge the gate-passing adaptive records of run directories; write ``judgements/*.jsonl``.
 
 Records are never rewritten. A judgement is cached by (judge model, rubric version, instance key,
-response digest): a judgement on record for that cache key is not asked again, so a second run makes
-no model call and a rubric, response or judge model change re-judges. The judge model is the model
-id the judge was configured with (:func:`judge_model`), never its display name, so renaming a judge
-reuses its judgements and pointing a name at another model does not. An invalid reply is retried up to
-``invalid_retries`` times; a judgement that still fails is written with ``status: failed`` and
-``score: null`` (missing, never 0) and ``failure: invalid_reply`` (cached like a success), or
-``failure: backbone`` when the judge could not be reached after the backbone's own retries — those
-are asked again on the next run, so an outage costs a rerun, not the scores.
+response digest) and checked against the digest of what the judge is sent (``inputs_sha256``: the
+judge model, rubric version, system line, prompt and settings) and against its own content digest
+(``content_sha256``, :mod:`apm.records.judging`): only an ``ok`` judgement that verifies all three is
+used, so a second run makes no model call and a rubric, response, annotation or judge model change,
+or an edited line, re-judges. The judge model is the model id the judge was configured with
+(:func:`judge_model`), never its display name. An invalid reply (not the rubric's JSON, or longer than
+:data:`~apm.judge.rubric.MAX_REPLY_CHARS`) is retried up to ``invalid_retries`` times; a judgement that
+still fails is written with ``status: failed`` and ``score: null`` (unjudged, never 0) and is asked
+again on the next run, whatever failed. The judge's key is registered for redaction before any I/O;
+the endpoint is preflighted before the first call and ``fail_fast`` consecutive auth, not-found or
+connection failures stop the stage with one line.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import GenerationSettings, Message, Request
+from apm.backbones.base import GenerationSettings, Message, Request, Response
+from apm.backbones.fail_fast import FailFast
 from apm.data.fingerprint import release_fingerprint
 from apm.data.release import load_release
 from apm.judge.rubric import (
@@ -36,8 +40,9 @@ from apm.judge.rubric import (
 )
 from apm.records.atomic import read_run_config
 from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
-from apm.records.judging import needs_judge, response_digest
+from apm.records.judging import needs_judge, response_digest, signed, verifies
 from apm.records.naming import slug
+from apm.records.redact import register_env_secrets
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +63,23 @@ class ReleaseChanged(ValueError):
     """The release lost candidates that records to be judged name: their references are gone."""
 
 
+def inputs_digest(model: str, request: Request) -> str:
+    """Digest of everything the judge is asked: its model identity, the rubric version, each message's
+    text and the generation settings (a changed annotation or cutoff changes it)."""
+    texts = [[m.role, [getattr(p, "text", None) for p in m.parts]] for m in request.messages]
+    settings = request.settings
+    asked = [model, RUBRIC_VERSION, texts, settings.max_tokens, settings.temperature, settings.json_output]
+    return hashlib.sha256(json.dumps(asked, ensure_ascii=False).encode()).hexdigest()
+
+
 @dataclass
 class JudgeStats:
     judged: int = 0
     cached: int = 0
     failed: int = 0
     calls: int = 0
+    rejected: int = 0
+    """Judgement lines on record that did not verify (edited, or of other inputs): redone."""
     by_run: dict[str, int] = field(default_factory=dict)
 
 
@@ -71,9 +87,13 @@ class JudgeStage:
     """Judges run directories with one judge backbone."""
 
     def __init__(self, judge: Any, concurrency: int = 8, invalid_retries: int = 2, max_tokens: int = 512,
-                 only_keys: set[str] | None = None, file_suffix: str = ""):
+                 only_keys: set[str] | None = None, file_suffix: str = "", fail_fast: int = 3,
+                 preflight: bool = True):
         """``only_keys``/``file_suffix``: a shard job judging inline takes only its own instances and
-        writes its own file, so concurrent shards never judge the same probe or share a file."""
+        writes its own file, so concurrent shards never judge the same probe or share a file.
+        ``fail_fast``: consecutive endpoint failures that stop the stage (0: never); ``preflight``:
+        check the judge's endpoint before its first call (as ``apm-run preflight=true`` does)."""
+        register_env_secrets([getattr(judge, "api_key_env", None)])  # before any request or line
         self.judge = judge
         self.model = judge_model(judge)
         self.only_keys = only_keys
@@ -83,6 +103,8 @@ class JudgeStage:
         self.settings = GenerationSettings(max_tokens=max_tokens, temperature=0.0, json_output=True,
                                            json_schema=REPLY_SCHEMA)
         self.stats = JudgeStats()
+        self.fail_fast = FailFast(fail_fast, self._advice)
+        self._checked = not preflight
 
     async def run(self, run_dirs: list[Path]) -> JudgeStats:
         sem = asyncio.Semaphore(self.concurrency)
@@ -95,43 +117,84 @@ class JudgeStage:
         root = saved["config"]["dataset"]["root"]
         release = load_release(root, check_videos=False)
         candidates = {(c.trajectory_id, c.candidate_id): c for c in release.candidates}
-        lines = list(read_folder(run_dir / "judgements"))
-        done = {j.get("cache_key") for j in lines if j.get("failure") != "backbone"}
-        newest = latest_by(lines, lambda j: j["key"])
         todo = [r for r in latest_records(run_dir / "records").values()
                 if needs_judge(r) and (self.only_keys is None or r["key"] in self.only_keys)]
-        fresh = [r for r in todo if cache_key(self.model, r["key"], r["output"]) not in done]
-        self.stats.cached += len(todo) - len(fresh)
-        lost = sorted({r["candidate_id"] for r in fresh if (r["trajectory_id"], r["candidate_id"]) not in candidates})
+        lost = sorted({r["candidate_id"] for r in todo if (r["trajectory_id"], r["candidate_id"]) not in candidates})
         if lost:
             raise ReleaseChanged(f"{run_dir}: the release at {root} no longer has {len(lost)} candidate(s) its records "
                                  f"name ({', '.join(lost[:3])}); judge with the run's release")
         if saved.get("release_fingerprint") not in (None, now := release_fingerprint(root)):
             log.warning("%s: the release at %s changed since the run (fingerprint %s, now %s): judging against "
                         "its annotations as they are now", run_dir, root, saved["release_fingerprint"], now)
-        out = JsonlAppender(run_dir / "judgements" / f"{slug(self.judge.name)}{self.file_suffix}.jsonl")
-        try:
-            async def one(rec: dict[str, Any]) -> None:
-                async with sem:
-                    cand = candidates[(rec["trajectory_id"], rec["candidate_id"])]
-                    judgement = await self._judge(rec, cand.fields)
-                out.append(judgement, supersedes=newest.get(rec["key"]))
-            await asyncio.gather(*(one(r) for r in fresh))
-        finally:
-            out.close()
+        asks = {r["key"]: self._request(r, candidates[(r["trajectory_id"], r["candidate_id"])].fields) for r in todo}
+        lines = list(read_folder(run_dir / "judgements"))
+        done, newest = self._verified(lines), latest_by(lines, lambda j: j["key"])
+        fresh = [r for r in todo if self._identity(r, asks[r["key"]]) not in done]
+        self.stats.cached += len(todo) - len(fresh)
         self.stats.by_run[str(run_dir)] = len(fresh)
+        if not fresh:
+            return
+        await self._preflight()
+        out = JsonlAppender(run_dir / "judgements" / f"{slug(self.judge.name)}{self.file_suffix}.jsonl")
 
-    async def _judge(self, rec: dict[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
+        async def one(rec: dict[str, Any]) -> None:
+            async with sem:
+                if self.fail_fast.tripped:
+                    return  # the stage is stopping: a probe still queued is not asked
+                judgement = await self._judge(rec, asks[rec["key"]])
+            out.append(judgement, supersedes=newest.get(rec["key"]))
+
+        tasks = [asyncio.ensure_future(one(r)) for r in fresh]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()  # a stop (fail-fast) leaves no request in flight and no line after the close
+            await asyncio.gather(*tasks, return_exceptions=True)
+            out.close()
+
+    def _verified(self, lines: Any) -> set[tuple[str, str]]:
+        """``(cache_key, inputs_sha256)`` of the ``ok`` judgements on record whose content verifies; every
+        other line (failed, edited, without digests) is not an answer, and is asked again."""
+        done: set[tuple[str, str]] = set()
+        for j in lines:
+            if j.get("status") != "ok":
+                continue
+            if verifies(j):
+                done.add((j.get("cache_key"), j.get("inputs_sha256")))
+            else:
+                self.stats.rejected += 1
+                log.warning("judgement of %s does not verify (edited?): judged again", j.get("key"))
+        return done
+
+    def _identity(self, rec: dict[str, Any], request: Request) -> tuple[str, str]:
+        """What a usable judgement of ``rec`` carries: its cache key and the digest of the judge's inputs."""
+        return cache_key(self.model, rec["key"], rec["output"]), inputs_digest(self.model, request)
+
+    async def _preflight(self) -> None:
+        """Once, before the first call: the judge's endpoint answers, takes the key and serves the model."""
+        if not self._checked and hasattr(self.judge, "preflight"):
+            await self.judge.preflight("judge")
+        self._checked = True
+
+    def _advice(self, response: Response) -> str:
+        advice = getattr(self.judge, "advice", None)
+        return advice(response, "judge") if advice else (response.error or "")
+
+    def _request(self, rec: dict[str, Any], fields: Mapping[str, Any]) -> Request:
         prompt = judge_prompt(rec["task"], rec["polarity"], rec["probe_time"],
                               probe_reference(fields, rec["task"], rec["probe_id"]), rec["output"])
-        request = Request((Message.text("system", JUDGE_SYSTEM), Message.text("user", prompt)),
-                          self.settings, request_id=f"judge:{rec['key']}")
+        return Request((Message.text("system", JUDGE_SYSTEM), Message.text("user", prompt)),
+                       self.settings, request_id=f"judge:{rec['key']}")
+
+    async def _judge(self, rec: dict[str, Any], request: Request) -> dict[str, Any]:
         errors: list[str] = []
         began = time.perf_counter()
         verdict = snapshot = None
         for _ in range(1 + self.invalid_retries):
             self.stats.calls += 1
             response = await self.judge.generate(request)
+            self.fail_fast.observe(response)
             snapshot = response.model or snapshot
             if not response.ok:
                 errors.append(f"backbone: {response.error}")
@@ -143,7 +206,7 @@ class JudgeStage:
                 errors.append(f"invalid reply: {e}")
         self.stats.judged += verdict is not None
         self.stats.failed += verdict is None
-        return {
+        return signed({
             "key": rec["key"],
             "run": rec["run"],
             "judge": self.judge.name,
@@ -152,6 +215,7 @@ class JudgeStage:
             "rubric_version": RUBRIC_VERSION,
             "response_sha256": response_digest(rec["output"]),
             "cache_key": cache_key(self.model, rec["key"], rec["output"]),
+            "inputs_sha256": inputs_digest(self.model, request),
             "status": "ok" if verdict else "failed",
             "score": verdict.score if verdict else None,
             "criterion_checks": verdict.criterion_checks if verdict else None,
@@ -161,4 +225,4 @@ class JudgeStage:
             "failure": None if verdict else ("backbone" if errors[-1].startswith("backbone") else "invalid_reply"),
             "attempts": len(errors) + (verdict is not None),
             "judge_s": time.perf_counter() - began,
-        }
+        })

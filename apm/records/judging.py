@@ -1,15 +1,26 @@
-"""Which records the judge scores, and the digest that ties a judgement to the response it judged —
-one rule for the judge stage that writes judgements and every reader that checks them."""
+"""Which records the judge scores, the digest that ties a judgement to the response it judged, and
+the content digest that makes a judgement line verifiable — one rule for the judge stage that writes
+judgements and every reader that checks them."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from apm.data.tasks import ADAPTIVE
+from apm.records.jsonl import REVISION, STAMP
+from apm.records.redact import redact_data
+
+CONTENT = "content_sha256"
+"""The judgement line's own digest (:func:`content_digest`)."""
+UNSIGNED = frozenset({CONTENT, REVISION, STAMP})
+"""Fields a judgement's content digest does not cover: the digest itself and what the writer adds to order
+lines (the revision and the write stamp)."""
 
 
-def needs_judge(rec: dict[str, Any]) -> bool:
+def needs_judge(rec: Mapping[str, Any]) -> bool:
     """Only gate-passing adaptive probes get a judge score; everything else is decided by the gate."""
     return rec.get("task") in ADAPTIVE and rec.get("error") is None and rec.get("gate_pass") is True
 
@@ -17,3 +28,21 @@ def needs_judge(rec: dict[str, Any]) -> bool:
 def response_digest(output: str) -> str:
     """SHA-256 of a response: a judgement of another digest judged an earlier response (stale)."""
     return hashlib.sha256(output.encode()).hexdigest()
+
+
+def content_digest(judgement: Mapping[str, Any]) -> str:
+    """SHA-256 of a judgement's fields (all but :data:`UNSIGNED`) as written: secrets masked, keys sorted,
+    so the digest computed before the line is written equals the one computed from the line read back."""
+    body = {k: v for k, v in judgement.items() if k not in UNSIGNED}
+    return hashlib.sha256(json.dumps(redact_data(body), sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def signed(judgement: Mapping[str, Any]) -> dict[str, Any]:
+    """``judgement`` with its :data:`CONTENT` digest."""
+    return {**judgement, CONTENT: content_digest(judgement)}
+
+
+def verifies(judgement: Mapping[str, Any]) -> bool:
+    """Whether a judgement line is as the judge wrote it: its content digest matches its fields (an edited
+    score, digest or status, or a line without a digest, does not verify and is never used)."""
+    return judgement.get(CONTENT) == content_digest(judgement)

@@ -118,8 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             one_release(runs.records)
         unjudged = unjudged_probes(runs.records, runs.judgements) if runs is not None else 0
         if unjudged and not args.allow_unjudged:
-            print(f"apm-reduce: {unjudged} gate-passing adaptive probe(s) have no judgement; run apm-judge on "
-                  "these run dirs first (or pass --allow-unjudged to show – for the affected scores)", file=sys.stderr)
+            print(f"apm-reduce: {unjudged} gate-passing adaptive probe(s) have no judgement (none, a failed one, or "
+                  "one that does not verify); run apm-judge on these run dirs first, it asks them again (or pass "
+                  "--allow-unjudged to show – for the affected scores)", file=sys.stderr)
             return 2
         scores = None if runs is None else score_table(runs.records, runs.judgements, runs.memory, args.seed,
                                                        args.bootstrap, runs.plans)

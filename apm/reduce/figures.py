@@ -167,7 +167,8 @@ FIGURES = (
         "figure2_tradeoff", "Figure 2",
         "Utility-latency-storage trade-off across evaluated methods. Bubble size represents storage cost per "
         "hour. General video models are shown under Raw Video as Memory, with the specialized memory systems "
-        "and SimpleStream.",
+        "and SimpleStream. Latency: time to first token in isolated mode (one request at a time after a warm-up); "
+        "a method without isolated records is not drawn.",
         tradeoff_figure,
     ),
     FigureSpec(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from apm.records.judging import needs_judge, response_digest
+from apm.records.judging import needs_judge, response_digest, verifies
 from apm.records.lines import Kind, Skipped, read_lines
 from apm.reduce.coverage import PlanFile, read_plans
 
@@ -124,7 +124,8 @@ JUDGEMENT_FIELDS: list[Field] = _RUN_FIELDS + [
         "key", "judge", "judge_model", "rubric_version", "response_sha256", "status", "failure", "score",
         "written_ns", "revision",
     )
-]
+] + [("verified", verifies)]
+"""``verified``: the line's content digest matches its fields (:func:`apm.records.judging.verifies`)."""
 MEMORY_FIELDS: list[Field] = _RUN_FIELDS + [
     (c, _get(c))
     for c in ("trajectory_id", "session_index", "bytes", "prior_hours", "update_s", "error", "written_ns", "revision")
@@ -246,10 +247,17 @@ def load_judgements(
 ) -> pd.DataFrame:
     """One judgement per (config_hash, key): the last one by ``judge``/``rubric_version``, else the last.
 
-    Given ``records``, a judgement of another response than the record's current output (a stale
-    one, after a rerun) is dropped first.
+    A judgement whose content does not verify (edited, or written before judgements carried a digest)
+    is dropped first, with a warning: its probe is unjudged, and ``apm-judge`` judges it again. Given
+    ``records``, so is a judgement of another response than the record's current output (a stale one,
+    after a rerun).
     """
     df = _read(paths, "judgements", JUDGEMENT_FIELDS, skipped)
+    forged = ~df["verified"].astype("bool")
+    if forged.any():
+        warnings.warn(f"{int(forged.sum())} judgement line(s) do not verify (edited, or without a content digest): "
+                      "left out; apm-judge judges those probes again", stacklevel=2)
+    df = df[~forged].drop(columns="verified")
     if records is not None:
         df = df[_current(df, records)]
     wanted = pd.Series(True, index=df.index)

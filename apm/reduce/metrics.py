@@ -95,6 +95,8 @@ STORAGE_PER_HOUR = Metric(
 )
 PEAK_STORAGE_MEAN = Metric("peak_storage_bytes_mean", ratio("peak", "trajectories"), ("trajectories",), answered=False)
 
+TIMED = frozenset({TTFT.name, LATENCY_TOTAL.name, RTF.name})
+"""Latency means: over isolated-mode records only; a method without any keeps its pooled row, as NaN ("–")."""
 COUNTS = frozenset({JUDGE_FAILURES.name, FORMAT_FAILURES.name, ERRORS.name})
 """Metrics that are plain counts: no interval, nothing to compare."""
 

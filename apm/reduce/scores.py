@@ -13,7 +13,7 @@ from apm.data.tasks import EA, TASKS
 from apm.reduce import bootstrap
 from apm.reduce.coverage import UNKNOWN, Coverage, PlanFile, coverage_by_method
 from apm.reduce.load import CONFIG, METHOD
-from apm.reduce.metrics import ANSWERED_SUFFIX, MEANS, POOLED, STORAGE, MeanOf, Metric, task_metrics
+from apm.reduce.metrics import ANSWERED_SUFFIX, MEANS, POOLED, STORAGE, TIMED, MeanOf, Metric, task_metrics
 from apm.reduce.units import ALL, candidate_units, trajectory_units
 
 SCORE_COLUMNS = [
@@ -93,6 +93,11 @@ def _withheld(e: Estimate) -> bool:
     return bool(e.n_unjudged) and not np.isfinite(e.value)
 
 
+def _untimed(e: Estimate) -> bool:
+    """A method's pooled latency without an isolated record: kept as NaN, so every table prints "–"."""
+    return e.task == ALL and e.metric in TIMED and e.n == 0
+
+
 def _mean(mean: MeanOf, parts: Sequence[Estimate]) -> Estimate:
     """Unweighted mean of estimates, with summed sample sizes and counts."""
 
@@ -118,7 +123,7 @@ def evaluate(samples: Mapping[str, Sample]) -> list[Estimate]:
         if parts:
             pooled = sum(parts[1:], parts[0])
             out += [estimate(m, pool.label, pooled) for m in pool.metrics]
-    out = [e for e in out if (e.n > 0 and np.isfinite(e.value)) or _withheld(e)]
+    out = [e for e in out if (e.n > 0 and np.isfinite(e.value)) or _withheld(e) or _untimed(e)]
     found = {(e.metric, e.task): e for e in out}
     for mean in MEANS:
         found_parts = [found.get((mean.of, part)) for part in mean.parts]

@@ -124,7 +124,8 @@ TABLES = (
     Table(
         "table7", "Table 7",
         "Response quality after the gate (%) (Eq. 3); superscripts: balanced gate pass rate. "
-        "Judge failures: gate-passing probes whose judge reply stayed invalid (left out of the means).",
+        "Judge failures: gate-passing probes whose judgement failed (an invalid reply after the retries, or "
+        "the judge unreachable); they are unjudged, so the scores over them are withheld (–).",
         tuple(Column(t, "response_quality", t, sup=("gate_pass_balanced", t)) for t in ADAPTIVE)
         + (Column("Average", "response_quality", "adaptive"),
            Column("Judge failures", "judge_failures", "adaptive", integer)),
@@ -321,6 +322,11 @@ def error_marks(table: Table, scores: pd.DataFrame) -> pd.DataFrame:
 
 ERROR_MARK = "†"
 ERROR_NOTE = f"{ERROR_MARK}: the method had backbone errors on these instances; they count as wrong (docs/scores.md)."
+LATENCY_METRICS = frozenset({"ttft_s", "latency_total_s", "rtf"})
+LATENCY_NOTE = ("Latency is measured in isolated mode: one request at a time after a warm-up (apm-run "
+                "latency_mode=true, or latency.sample=N probes per task after the main run); – : the method has no "
+                "isolated record (docs/scores.md).")
+"""Ends the caption of every table with a latency column: the mode its cells were measured in."""
 DECLARED = {False: {"True": "✓", "False": "✗"}, True: {"True": r"\checkmark", "False": r"$\times$"}}
 """How an attribute's ``True``/``False`` is shown, in Markdown (False) and LaTeX (True)."""
 
@@ -367,6 +373,17 @@ def coverage_note(table: Table, scores: pd.DataFrame) -> str:
     return f"{head} {'. '.join(named)}."
 
 
+def judges_by_row(table: Table, scores: pd.DataFrame) -> str:
+    """Which judge produced each row's judged cells, when the table's rows were judged by more than one
+    (one judge for all: the caption's "Judge: …" already names it)."""
+    rows = table_rows(table, scores)
+    named = rows[rows["judge"].astype(str) != ""].groupby("row", observed=True)["judge"].first().astype(str)
+    if named.nunique() < 2:
+        return ""
+    parts = [f"{judge}: {', '.join(labels)}" for judge, labels in named.groupby(named).groups.items()]
+    return f"Judged by {'; '.join(sorted(parts))}."
+
+
 def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[Path]:
     """Every table as ``<name>.md``, ``.csv`` (numeric) and ``.tex`` under ``out``; skips empty ones.
 
@@ -380,7 +397,9 @@ def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[
         if values.empty:
             continue
         marks = error_marks(table, scores).reindex(values.index, fill_value=False)
-        notes = [ERROR_NOTE if marks.to_numpy().any() else "", coverage_note(table, scores), judge_note]
+        timed = any(c.metric in LATENCY_METRICS for c in table.columns)
+        notes = [ERROR_NOTE if marks.to_numpy().any() else "", coverage_note(table, scores),
+                 LATENCY_NOTE if timed else "", judge_note, judges_by_row(table, scores)]
         caption = " ".join(filter(None, [f"{table.paper}: {table.caption}", *notes]))
         stem = out / table.name
         values.to_csv(stem.with_suffix(".csv"))

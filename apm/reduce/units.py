@@ -37,16 +37,16 @@ EA_ORIGINAL_MEMORY: Mapping[str, str] = {"restricted": "raw_video"}
 
 def with_judge_scores(records: pd.DataFrame, judgements: pd.DataFrame) -> pd.DataFrame:
     """Records plus ``judge`` (name), ``judge_score`` (1–5; NaN unless ok) and ``judge_state``:
-    ``ok``, ``failed`` (the judge replied, invalidly, after its retries) or ``missing`` (no
-    judgement, or the judge could not be reached: ``apm-judge`` asks those again)."""
-    picked = judgements.loc[:, ["config_hash", "key", "judge", "status", "failure", "score"]]
+    ``ok``, ``failed`` (the judge replied invalidly after its retries, or could not be reached) or
+    ``missing`` (no judgement). Both ``failed`` and ``missing`` probes are unjudged: ``apm-judge`` asks
+    them again, and no score is computed without them."""
+    picked = judgements.loc[:, ["config_hash", "key", "judge", "status", "score"]]
     status = picked["status"].astype("str")
-    unreached = picked["failure"].astype("str") == "backbone"
     picked = picked.assign(
         judge_score=picked["score"].where(status == "ok"),
-        judge_state=np.where(status == "ok", "ok", np.where(unreached, "missing", "failed")),
+        judge_state=np.where(status == "ok", "ok", "failed"),
         config_hash=picked["config_hash"].astype("str"),
-    ).drop(columns=["status", "failure", "score"])
+    ).drop(columns=["status", "score"])
     left = records.assign(_hash=records["config_hash"].astype("str"))
     out = left.merge(picked, how="left", left_on=["_hash", "key"], right_on=["config_hash", "key"],
                      suffixes=("", "_j"), sort=False)
@@ -84,7 +84,7 @@ def _instance_stats(rec: pd.DataFrame) -> pd.DataFrame:
         "neg_dec": neg * ok * (decision == "SILENT").to_numpy(dtype="float64"),
         "neg_gate": neg * gate,
         "judge_fail": adaptive * gate * (state == "failed").to_numpy(dtype="float64"),
-        "unjudged": adaptive * gate * (state == "missing").to_numpy(dtype="float64"),
+        "unjudged": adaptive * gate * (state != "ok").to_numpy(dtype="float64"),
         "ea_n": ea * avail,
         "ea_ok": ea * avail * correct,
         "eu_n": ea * (1.0 - avail),
@@ -100,11 +100,10 @@ def _instance_stats(rec: pd.DataFrame) -> pd.DataFrame:
 
 
 def _measured_alone(rec: pd.DataFrame) -> np.ndarray:
-    """1 for records whose latency counts: a method with any ``latency.mode == "isolated"`` record
-    (``latency_mode=true``: one request at a time) is timed on those alone, others on every record."""
-    isolated = rec["latency_mode"].astype("str") == "isolated"
-    method_has = isolated.groupby(rec["config_hash"].astype("str")).transform("any")
-    return (isolated | ~method_has).to_numpy(dtype="float64")
+    """1 for records whose latency counts: those measured in isolation (``latency.mode == "isolated"``:
+    ``latency_mode=true`` or ``latency.sample=N``, one request at a time after a warm-up), as the paper
+    compares latency "under the same host configuration"; a method without any has no latency ("–")."""
+    return (rec["latency_mode"].astype("str") == "isolated").to_numpy(dtype="float64")
 
 
 def polarity_balanced_mean(df: pd.DataFrame, value: str) -> pd.Series:
@@ -120,8 +119,9 @@ def polarity_balanced_mean(df: pd.DataFrame, value: str) -> pd.Series:
 def _adaptive_scores(rec: pd.DataFrame) -> pd.DataFrame:
     """Gated score (Eq. 1, 0–100) and response quality (Eq. 3, 0–100) of each adaptive candidate.
 
-    A gate-passing probe without an ok judgement is left out of its candidate's means (a task with
-    unjudged probes is withheld later, in :mod:`apm.reduce.scores`); an errored probe fails the gate.
+    A gate-passing probe without an ok judgement (failed or missing) has no score: every score over it
+    is withheld later, in :mod:`apm.reduce.scores`, never computed from the other probes; an errored
+    probe fails the gate.
     """
     adaptive = rec[rec["task"].astype("str").isin(ADAPTIVE)]
     gate = (adaptive["gate_pass"].fillna(False) & adaptive["error"].isna()).to_numpy(dtype=bool)

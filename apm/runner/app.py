@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -46,7 +47,7 @@ from apm.prompts import PROMPT_VERSION
 from apm.records.atomic import write_json_atomically
 from apm.records.jsonl import latest_records
 from apm.records.redact import ENV_NAME, redact_data, redact_logging, register_config_secrets
-from apm.runner import ledger, manifest
+from apm.runner import latency, ledger, manifest
 from apm.runner.code import code_identity, code_parts, what_changed
 from apm.runner.config import (
     ConfigError,
@@ -318,6 +319,8 @@ async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tupl
     try:
         stats = await OnlineRun(setup, on_record=tally, progress=progress).run(plan.run_trajectories,
                                                                               plan.run_instances)
+        if cfg.latency.sample > 0 and not setup.latency_mode:
+            await _time_sample(cfg, setup, plan, tally)
     finally:
         progress.close()
         ledger.job_ended(setup.run_dir, setup.shard_label, stats, sys.exc_info()[1])
@@ -325,6 +328,17 @@ async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tupl
         if sink is not None:
             sink.close(_summary(stats))
     return stats, tally
+
+
+async def _time_sample(cfg: DictConfig, setup: RunSetup, plan: ShardPlan, tally: _Tally) -> None:
+    """``latency.sample=N``: after the main run, this shard's share of N probes per task again in isolated
+    mode (a warm-up, then one request at a time); their new records supersede the loaded ones."""
+    chosen = latency.sampled(plan.run_instances, math.ceil(cfg.latency.sample / cfg.shard.count))
+    timed = latency.isolated(setup)
+    wanted = {i.trajectory_id for i in chosen}
+    trajectories = [t for t in plan.run_trajectories if t.trajectory_id in wanted]
+    await preflight(timed, trajectories, chosen, check=False, warm_up=True)
+    await OnlineRun(timed, on_record=tally).run(trajectories, chosen)
 
 
 class _Tally:
@@ -356,7 +370,8 @@ async def judge_inline(cfg: DictConfig, setup: RunSetup, keys: set[str]) -> None
     from apm.judge.stage import JudgeStage
 
     judge = _instantiate(cfg.judge)
-    stage = JudgeStage(judge, concurrency=cfg.concurrency, only_keys=keys, file_suffix=f"-{setup.shard_label}")
+    stage = JudgeStage(judge, concurrency=cfg.concurrency, only_keys=keys, file_suffix=f"-{setup.shard_label}",
+                       fail_fast=cfg.fail_fast, preflight=cfg.preflight)
     async with _started(judge):
         stats = await stage.run([setup.run_dir])
     print(f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed, {stats.cached} already judged")

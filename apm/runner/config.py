@@ -104,6 +104,14 @@ class DatasetConfig:
 
 
 @dataclass
+class LatencyConfig:
+    sample: int = 0
+    """After the main run, time this many probes per task again in isolated mode (one request at a time,
+    after one warm-up), so the method has the paper's latency; a sharded run splits it over its shards
+    (``ceil(sample / shard.count)`` per task each). 0: none. Not part of the config hash."""
+
+
+@dataclass
 class RunConfig:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     memory: Any = MISSING
@@ -128,6 +136,7 @@ class RunConfig:
     latency_mode: bool = False
     """Isolated latency: one request at a time (``concurrency`` 1), after one warm-up request that is not
     recorded; records say ``latency.mode: isolated``. Not part of the config hash."""
+    latency: LatencyConfig = field(default_factory=LatencyConfig)
     print_request: str | None = None
     """An instance key: print that instance's request as the run would send it, and stop (no model is called)."""
     output_root: str = "runs"

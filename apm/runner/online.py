@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from apm.backbones.base import GenerationSettings, Response, Truncation, ask
+from apm.backbones.fail_fast import FailFast
 from apm.data import clock
 from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn, candidate_instances
@@ -49,7 +50,6 @@ from apm.runner.context import Prepared
 from apm.runner.ledger import scheduler_job_id
 from apm.runner.outcome import apply_gate
 from apm.runner.request import prepare_instance, state_dir_of
-from apm.runner.stops import FailFast
 from apm.streaming.base import StreamingSystem
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError

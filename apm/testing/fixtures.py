@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 
 from apm.data.tasks import ADAPTIVE, CROSS_SESSION, EA, FAMILY_OF, MCQA_OPTIONS, PERCEPTION
+from apm.records.judging import signed
 
 Line = dict[str, Any]
 
@@ -29,10 +30,10 @@ def run_info(memory: str = "raw_video", backbone: str = "Qwen3-VL-8B-Instruct", 
 
 
 def latency(ttft_s: float | None = 1.0, total_s: float | None = 2.0, rtf: float | None = 0.01) -> Line:
-    """A complete ``latency`` block (prefix 300 s, measured under load: 4 of 8 slots in flight)."""
+    """A complete ``latency`` block (prefix 300 s, measured in isolation: the only latency tables use)."""
     return {"prep_s": 0.1, "ttft_s": ttft_s, "total_s": total_s, "prefix_s": 300.0, "rtf": rtf,
             "engine_ttft_s": ttft_s, "engine_total_s": total_s, "elapsed_s": total_s,
-            "mode": "loaded", "in_flight": 4, "concurrency": 8, "prefix_caching": None, "cached_tokens": None}
+            "mode": "isolated", "in_flight": 1, "concurrency": 1, "prefix_caching": None, "cached_tokens": None}
 
 
 def record(task: str, candidate: str, probe: str = "query", trajectory: str = "T1", **fields: Any) -> Line:
@@ -92,7 +93,7 @@ def judgement(rec: Line, score: int | None, status: str = "ok", judge: str = "ju
         "error": None if status == "ok" else "unparseable judge output",
     }
     line.update(fields)
-    return line
+    return signed(line)
 
 
 def memory_line(trajectory: str, index: int, size: int, prior_hours: float, run: Line | None = None) -> Line:
@@ -211,7 +212,7 @@ def _probe(
 def small_run_set(root: Path) -> Path:
     """A tiny run set whose every score is computed by hand in tests/test_reduce_metrics.py.
 
-    ``root/main``: one method (raw_video), all 12 tasks, failed parses, a failed judgement,
+    ``root/main``: one method (raw_video), all 12 tasks, failed parses, a failed judgement judged again,
     an ERA probe with the wrong option, a backbone error, a shrinking and a flat memory, and a record
     superseded by a later shard. ``root/ea``: the EA set under ``restricted`` memory.
     """
@@ -248,6 +249,7 @@ def small_run_set(root: Path) -> Path:
               ("MPA", "M1", "n", 2), ("PRM", "P1", "p1", 4), ("PRM", "P1", "n", 4), ("TPG", "T1", "p", 1)]
     judgements = [judgement(by_key[f"T1/{c}/{p}"], s) for _, c, p, s in judged]
     judgements.append(judgement(by_key["T1/R1/n2"], None, status="failed"))
+    judgements.append(judgement(by_key["T1/R1/n2"], 3))  # the failure, judged again by the next apm-judge
     sizes = {"T1": [(100, 0.5), (300, 1.0), (200, 1.5), (999, 2.0)], "T2": [(50, 0.25), (50, 0.5), (10_000, 1.0)],
              "T3": [(7, 0.1)]}
     memory = [memory_line(t, i, b, h, main) for t, states in sizes.items() for i, (b, h) in enumerate(states)]
