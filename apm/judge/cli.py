@@ -7,7 +7,6 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
-from contextlib import ExitStack
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -20,28 +19,9 @@ from apm.configs import CONF_DIR
 from apm.data.problems import ReleaseError
 from apm.errors import OneLineParser, console_script
 from apm.judge.stage import JudgeStage, ReleaseChanged
-from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
+from apm.records.atomic import read_run_config
 from apm.records.redact import redact_logging
 from apm.runner.config import register
-
-
-class JudgeBusy(RuntimeError):
-    """Another ``apm-judge`` is judging one of the run directories; the message is one line."""
-
-
-def judging(run_dir: Path) -> WriterLock:
-    """The lock one ``apm-judge`` holds on a run directory while it judges it (``locks/apm-judge.lock``)."""
-    return WriterLock(run_dir / "locks" / "apm-judge.lock", {**this_process(), "command": "apm-judge"})
-
-
-def holding(run_dirs: list[Path], stack: ExitStack) -> None:
-    """Take every run directory's judge lock, or raise :class:`JudgeBusy` naming who holds one."""
-    for run_dir in run_dirs:
-        try:
-            stack.enter_context(judging(run_dir))
-        except LockHeld as held:
-            raise JudgeBusy(f"{run_dir} is being judged by another apm-judge ({holder_line(held.holder)}); "
-                            "not starting a second one") from None
 
 
 def judge_backbone(overrides: list[str]):
@@ -58,14 +38,12 @@ def judge_backbone(overrides: list[str]):
 async def _main(run_dirs: list[Path], overrides: list[str], ns: argparse.Namespace) -> int:
     judge = judge_backbone(overrides)
     stage = JudgeStage(judge, concurrency=ns.concurrency, invalid_retries=ns.invalid_retries,  # registers its key
-                       fail_fast=ns.fail_fast, preflight=not ns.no_preflight)
-    with ExitStack() as stack:
-        holding(run_dirs, stack)
-        await judge.start()
-        try:
-            stats = await stage.run(run_dirs)
-        finally:
-            await judge.close()
+                       fail_fast=ns.fail_fast, preflight=not ns.no_preflight, exclusive=True)
+    await judge.start()
+    try:
+        stats = await stage.run(run_dirs)
+    finally:
+        await judge.close()
     print(f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed (unjudged: asked again on the "
           f"next run), {stats.cached} already judged, {stats.rejected} on record not verifying (judged again), "
           f"{stats.calls} model calls")
@@ -92,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [d for d in run_dirs if not (d / "config.json").exists()]
     if not run_dirs or missing:
         p.error(f"not run directories (no config.json): {', '.join(map(str, missing)) or '(none given)'}")
+    for run_dir in run_dirs:
+        read_run_config(run_dir)  # a damaged config.json is refused before any lock is taken (nothing written)
     return asyncio.run(_main(run_dirs, overrides, ns))
 
 

@@ -21,7 +21,8 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from apm.judge.rubric import (
 from apm.records.atomic import read_run_config
 from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
 from apm.records.judging import needs_judge, response_digest, signed, verifies
+from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
 from apm.records.naming import slug
 from apm.records.redact import register_env_secrets
 
@@ -61,6 +63,26 @@ def cache_key(model: str, key: str, output: str) -> str:
 
 class ReleaseChanged(ValueError):
     """The release lost candidates that records to be judged name: their references are gone."""
+
+
+class JudgeBusy(RuntimeError):
+    """Another ``apm-judge`` is judging the run directory; the message is one line."""
+
+
+@contextmanager
+def judging(run_dir: Path) -> Iterator[None]:
+    """Hold the lock one ``apm-judge`` keeps on a run directory while it judges it
+    (``locks/apm-judge.lock``), or raise :class:`JudgeBusy` naming who holds it."""
+    lock = WriterLock(run_dir / "locks" / "apm-judge.lock", {**this_process(), "command": "apm-judge"})
+    try:
+        lock.acquire()
+    except LockHeld as held:
+        raise JudgeBusy(f"{run_dir} is being judged by another apm-judge ({holder_line(held.holder)}); "
+                        "not starting a second one") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def inputs_digest(model: str, request: Request) -> str:
@@ -88,11 +110,13 @@ class JudgeStage:
 
     def __init__(self, judge: Any, concurrency: int = 8, invalid_retries: int = 2, max_tokens: int = 512,
                  only_keys: set[str] | None = None, file_suffix: str = "", fail_fast: int = 3,
-                 preflight: bool = True):
+                 preflight: bool = True, exclusive: bool = False):
         """``only_keys``/``file_suffix``: a shard job judging inline takes only its own instances and
         writes its own file, so concurrent shards never judge the same probe or share a file.
         ``fail_fast``: consecutive endpoint failures that stop the stage (0: never); ``preflight``:
-        check the judge's endpoint before its first call (as ``apm-run preflight=true`` does)."""
+        check the judge's endpoint before its first call (as ``apm-run preflight=true`` does);
+        ``exclusive``: hold each run directory's judge lock while judging it (``apm-judge``: a second
+        one is refused), taken after the release checks so a refused directory gets nothing written."""
         register_env_secrets([getattr(judge, "api_key_env", None)])  # before any request or line
         self.judge = judge
         self.model = judge_model(judge)
@@ -105,6 +129,7 @@ class JudgeStage:
         self.stats = JudgeStats()
         self.fail_fast = FailFast(fail_fast, self._advice)
         self._checked = not preflight
+        self.exclusive = exclusive
 
     async def run(self, run_dirs: list[Path]) -> JudgeStats:
         sem = asyncio.Semaphore(self.concurrency)
@@ -127,6 +152,12 @@ class JudgeStage:
             log.warning("%s: the release at %s changed since the run (fingerprint %s, now %s): judging against "
                         "its annotations as they are now", run_dir, root, saved["release_fingerprint"], now)
         asks = {r["key"]: self._request(r, candidates[(r["trajectory_id"], r["candidate_id"])].fields) for r in todo}
+        with judging(run_dir) if self.exclusive else nullcontext():
+            await self._judge_dir(run_dir, todo, asks, sem)
+
+    async def _judge_dir(self, run_dir: Path, todo: list[dict[str, Any]], asks: dict[str, Request],
+                         sem: asyncio.Semaphore) -> None:
+        """Judge the probes of ``todo`` that no verified judgement on record answers."""
         lines = list(read_folder(run_dir / "judgements"))
         done, newest = self._verified(lines), latest_by(lines, lambda j: j["key"])
         fresh = [r for r in todo if self._identity(r, asks[r["key"]]) not in done]
