@@ -29,6 +29,7 @@ from hydra import compose, initialize_config_dir
 
 from apm.data.frames import Frame
 from apm.data.release import load_release
+from apm.records.declaration import Declaration
 from apm.runner.app import CONF_DIR, run_async, run_dir_of
 from apm.streaming import Answer, Probe, SessionContext, StreamingSystem
 from apm.synth import generate
@@ -41,7 +42,7 @@ class NullStream(StreamingSystem):
     is timed is the harness's replay (frames read once per session, fed in order, records written)."""
 
     name = "Null stream (bench)"
-    persistent = False
+    declaration = Declaration("specialised", streaming=True, persistent=False)
 
     async def begin(self, context: SessionContext) -> None:
         self.context, self.observed = context, 0

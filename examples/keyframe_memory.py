@@ -14,6 +14,7 @@ from pathlib import Path
 from apm.data.instances import Instance
 from apm.data.model import Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
+from apm.records.declaration import Declaration
 from apm.video.select import Span
 
 
@@ -21,6 +22,7 @@ class KeyframeMemory(MemoryProtocol):
     """Keeps one frame every ``every_s`` seconds of each completed session."""
 
     name = "Keyframe Memory (example plug-in)"
+    declaration = Declaration("general", streaming=False, persistent=True)
     session_frames = 1 << 20  # every cached frame of the session; we keep a few
 
     def __init__(self, every_s: int = 10, name: str | None = None):

@@ -14,6 +14,7 @@ from pathlib import Path
 from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.records.atomic import write_atomically
+from apm.records.declaration import Declaration
 from apm.streaming import Answer, Probe, SessionContext, StreamingSystem
 
 
@@ -21,6 +22,7 @@ class KeyframeStream(StreamingSystem):
     """Keeps one frame every ``every_s`` seconds of each session, plus the ``recent`` latest frames."""
 
     name = "Keyframe Stream (example plug-in)"
+    declaration = Declaration("specialised", streaming=True, persistent=True)
 
     def __init__(self, every_s: int = 10, recent: int = 2, name: str | None = None):
         super().__init__(name)

@@ -14,6 +14,7 @@ from apm.backbones.baselines import RandomBaseline
 from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.records.atomic import write_atomically
+from apm.records.declaration import Declaration
 from apm.streaming import Answer, Probe, SessionContext, StreamingSystem
 from apm.streaming.base import earlier_states
 from apm.synth.render import read_scene
@@ -29,6 +30,7 @@ class PixelSpy(StreamingSystem):
     """
 
     name = "Pixel Spy (test)"
+    declaration = Declaration("specialised", streaming=True, persistent=True)
     ANSWERED: dict[str, dict[str, Any]] = {}
     FED: dict[tuple[str, str], list[int]] = {}
     """(trajectory, session) -> every second observed, in order, over all replays of the session."""

@@ -169,5 +169,5 @@ def test_tables_tag_it_as_a_reference(runs: dict[str, Path], tmp_path: Path) -> 
     rows = [line for line in (tmp_path / "tables" / "table4.md").read_text().splitlines() if line.startswith("| ")]
     assert [row.split(" | ")[0] for row in rows[2:]] == [  # below the header and its rule
         f"| {memory} · Perceiver (pixel-perceiver reference)"
-        for memory in ("SimpleStream", "Raw Video as Memory", "Text Summary as Memory")
+        for memory in ("Raw Video as Memory", "SimpleStream", "Text Summary as Memory")  # references: by protocol name
     ]

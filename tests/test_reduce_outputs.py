@@ -11,6 +11,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from apm.backbones.baselines import RandomBaseline
+from apm.backbones.vllm_server import VLLMServerBackbone
+from apm.memory.simple import SimpleStream
 from apm.publish.report import chunks, log_summary
 from apm.reduce import bootstrap
 from apm.reduce.cli import main
@@ -19,12 +22,17 @@ from apm.reduce.names import human_bytes, method_label
 from apm.reduce.scores import SCORE_COLUMNS, read_scores
 from apm.testing import fixtures
 
+SIMPLESTREAM = {"memory": SimpleStream.declaration, "backbone": VLLMServerBackbone.declaration}
+RANDOM = {"memory": SimpleStream.declaration, "backbone": RandomBaseline.declaration}
+
 
 @pytest.fixture(scope="module")
 def reduced(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = fixtures.small_run_set(tmp_path_factory.mktemp("runs"))
-    fixtures.synthetic_run(root / "none", fixtures.run_info(memory="none"), trajectories=4, seed=1)
-    fixtures.synthetic_run(root / "rand", fixtures.run_info(memory="none", backbone="random"), trajectories=4, seed=2)
+    fixtures.synthetic_run(root / "none", fixtures.run_info(memory="none", declarations=SIMPLESTREAM),
+                           trajectories=4, seed=1)
+    fixtures.synthetic_run(root / "rand", fixtures.run_info(memory="none", backbone="random", declarations=RANDOM),
+                           trajectories=4, seed=2)
     out = root / "out"
     assert main([str(root / "main"), str(root / "ea"), str(root / "none"), str(root / "rand"),
                  "--out", str(out), "--bootstrap", "50"]) == 0
@@ -125,14 +133,18 @@ def test_two_sided_p() -> None:
 
 def test_names_and_units() -> None:
     assert method_label("raw_video", "Qwen3-VL-8B-Instruct") == "Raw Video as Memory · Qwen3-VL-8B-Instruct"
-    assert method_label("none", "always_silent") == "SimpleStream · Always Silent (baseline)"
-    oracle = method_label("raw_video", "Oracle (annotation upper bound)")
-    assert oracle == "Raw Video as Memory · Oracle (oracle upper bound)"
-    assert method_label("none", "random", "recent_frames=8") == "SimpleStream (recent_frames=8) · Random (baseline)"
-    assert method_label("oracle", "Seed-2.0-Lite") == "Oracle · Seed-2.0-Lite (oracle upper bound)"
+    assert method_label("none", "Always-Silent", tag="baseline") == "SimpleStream · Always-Silent (baseline)"
+    assert method_label("none", "Always-Silent") == "SimpleStream · Always-Silent"  # a name alone tags nothing
+    oracle = method_label("raw_video", "Oracle (annotation upper bound)", tag="oracle upper bound")
+    assert oracle == "Raw Video as Memory · Oracle (oracle upper bound)"  # the tag is given once
+    assert method_label("none", "random", "recent_frames=8", tag="baseline") == \
+        "SimpleStream (recent_frames=8) · Random (baseline)"
+    assert method_label("oracle", "Seed-2.0-Lite", tag="oracle-evidence control") == \
+        "Oracle · Seed-2.0-Lite (oracle-evidence control)"
     assert method_label("kv_cache", "X") == "Kv Cache · X"
     assert method_label("Raw Video as Memory", "X") == "Raw Video as Memory · X"  # display names kept
-    assert method_label("none", "Always-Intervene") == "SimpleStream · Always-Intervene (baseline)"
+    assert method_label("text_summary", "X", "writer=perceiver", settings="frames.layout=session_stable") == \
+        "Text Summary as Memory (writer=perceiver) · X [frames.layout=session_stable]"
     assert human_bytes(2316.01 * 2**20) == "2.26 GiB" and human_bytes(512) == "512.00 B"
     assert human_bytes(3 * 2**10, "/h") == "3.00 KiB/h" and human_bytes(float("nan")) == "–"
 

@@ -1,6 +1,6 @@
 """What the tables and figures show, in which order and under which caption: the paper's split of
 Tables 8/9 and 11/12, Table 3's Streaming/Persistent columns, Figure 2 and Figures 7/8's methods,
-row order, and the report's README."""
+row order, and the report's README — each placed by what its classes declare, never by config name."""
 
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
+from apm.backbones.baselines import AlwaysIntervene, AlwaysSilent, RandomBaseline
+from apm.backbones.perceiver import PixelPerceiver
+from apm.backbones.vllm_server import VLLMServerBackbone
+from apm.memory.simple import OracleEvidence, SimpleStream
+from apm.memory.text import Retrieval, TextSummary
+from apm.memory.video import RawVideo
+from apm.records.declaration import Declaration
 from apm.reduce.cli import main
 from apm.reduce.figures import bubble_areas, radar_figure, tradeoff_figure, write_figures
 from apm.reduce.report_index import write_report_index
@@ -25,37 +32,50 @@ QWEN, SEED, INTERN = "Qwen3-VL-8B-Instruct", "Seed-2.0-Lite", "InternVL3.5-8B"
 PERCEIVER = "Perceiver (pixel-perceiver reference)"
 BACKBONES = {QWEN: "qwen3_vl_8b", SEED: "seed_2_0_lite", INTERN: "internvl3_5_8b", "Random": "random",
              "Always-Silent": "always_silent", "Always-Intervene": "always_intervene", PERCEIVER: "perceiver"}
+EVENTS, MINE, LEGACY = "Event Memory", "My Stream System", "Legacy Memory"
 MEMORIES = {"SimpleStream": "none", "Raw Video as Memory": "raw_video", "Text Summary as Memory": "text_summary",
-            "BM25 Retrieval Memory": "retrieval_bm25", "Oracle Evidence": "oracle"}
+            "BM25 Retrieval Memory": "retrieval_bm25", "Oracle Evidence": "oracle", EVENTS: "event_memory",
+            MINE: "my_system", LEGACY: "legacy"}
 METHODS = [  # (memory, backbone), shuffled
     ("Oracle Evidence", SEED), ("Raw Video as Memory", "Random"), ("Text Summary as Memory", QWEN),
     ("SimpleStream", "Random"), ("BM25 Retrieval Memory", QWEN), ("SimpleStream", INTERN),
     ("Raw Video as Memory", QWEN), ("SimpleStream", "Always-Intervene"), ("Text Summary as Memory", SEED),
     ("Raw Video as Memory", "Always-Silent"), ("SimpleStream", QWEN), ("Raw Video as Memory", SEED),
+    (EVENTS, QWEN), (MINE, QWEN), (LEGACY, QWEN),
 ]
-DECLARED = {"SimpleStream": (True, False), "Raw Video as Memory": (False, True),
-            "Text Summary as Memory": (False, True)}
-"""(streaming, persistent) each memory declares; the others' runs predate the declaration."""
+DECLARED: dict[str, Declaration | None] = {
+    "SimpleStream": SimpleStream.declaration, "Raw Video as Memory": RawVideo.declaration,
+    "Text Summary as Memory": TextSummary.declaration, "BM25 Retrieval Memory": Retrieval.declaration,
+    "Oracle Evidence": OracleEvidence.declaration,
+    EVENTS: Declaration("specialised", streaming=True, persistent=True, tag="reference system"),  # EventMemory's
+    MINE: Declaration("specialised", streaming=True, persistent=False),  # a user's system: no config name known
+    LEGACY: None,  # a run that predates declarations
+    QWEN: VLLMServerBackbone.declaration, SEED: VLLMServerBackbone.declaration, INTERN: VLLMServerBackbone.declaration,
+    "Random": RandomBaseline.declaration, "Always-Silent": AlwaysSilent.declaration,
+    "Always-Intervene": AlwaysIntervene.declaration, PERCEIVER: PixelPerceiver.declaration,
+}
+"""What each memory and backbone class declares, as its runs record it."""
 
 SIMPLESTREAM = f"SimpleStream · {QWEN}"
-MAIN_ORDER = [
+SPECIALISED = [f"{EVENTS} · {QWEN} (reference system)", f"{MINE} · {QWEN}"]
+MAIN_ORDER = [  # baseline, general (protocols by name), specialised, undeclared
     SIMPLESTREAM, f"SimpleStream · {INTERN}",
+    f"BM25 Retrieval Memory · {QWEN}",
     f"Raw Video as Memory · {SEED}", f"Raw Video as Memory · {QWEN}",
     f"Text Summary as Memory · {SEED}", f"Text Summary as Memory · {QWEN}",
-    f"BM25 Retrieval Memory · {QWEN}",
+    *SPECIALISED, f"{LEGACY} · {QWEN}",
 ]
-REFERENCE_ORDER = [  # by memory, then random, always_silent, always_intervene, oracle
-    "SimpleStream · Random (baseline)", "SimpleStream · Always-Intervene (baseline)",
-    "Raw Video as Memory · Random (baseline)", "Raw Video as Memory · Always-Silent (baseline)",
-    f"Oracle Evidence · {SEED} (oracle upper bound)",
+REFERENCE_ORDER = [  # by memory, then tag and backbone name
+    f"Oracle Evidence · {SEED} (oracle-evidence control)",
+    "Raw Video as Memory · Always-Silent (baseline)", "Raw Video as Memory · Random (baseline)",
+    "SimpleStream · Always-Intervene (baseline)", "SimpleStream · Random (baseline)",
 ]
 
 
 def _run(memory: str, backbone: str) -> fixtures.Line:
-    run = fixtures.run_info(memory=memory, backbone=backbone)
+    run = fixtures.run_info(memory=memory, backbone=backbone,
+                            declarations={"memory": DECLARED[memory], "backbone": DECLARED[backbone]})
     run["choices"] = {"memory": MEMORIES[memory], "backbone": BACKBONES[backbone]}
-    if memory in DECLARED:
-        run["capabilities"] = dict(zip(("streaming", "persistent"), DECLARED[memory]))
     return run
 
 
@@ -95,22 +115,29 @@ def test_rows_follow_the_papers_order_with_references_last(out: Path) -> None:
 def test_table3_streaming_and_persistent_columns(out: Path) -> None:
     table = _table(out, "table3")
     assert list(table.columns[:3]) == ["Streaming", "Persistent", "CS Und."]
-    assert table.loc[SIMPLESTREAM, ["Streaming", "Persistent"]].tolist() == [True, False]
+    assert table.loc[SIMPLESTREAM, ["Streaming", "Persistent"]].tolist() == [False, False]
     assert table.loc[f"Raw Video as Memory · {QWEN}", ["Streaming", "Persistent"]].tolist() == [False, True]
-    assert table.loc[f"BM25 Retrieval Memory · {QWEN}", ["Streaming", "Persistent"]].isna().all()  # undeclared
+    assert table.loc[f"{LEGACY} · {QWEN}", ["Streaming", "Persistent"]].isna().all()  # undeclared
     md = (out / "tables" / "table3.md").read_text()
-    assert f"| {SIMPLESTREAM} | ✓ | ✗ |" in md and f"| BM25 Retrieval Memory · {QWEN} | – | – |" in md
+    assert f"| {SIMPLESTREAM} | ✗ | ✗ |" in md and f"| {LEGACY} · {QWEN} | – | – |" in md
     assert "Table 3: Task performance" in md and "Streaming and Persistent" in md
     tex = (out / "tables" / "table3.tex").read_text()
-    assert rf"{SIMPLESTREAM} & \checkmark & $\times$ &" in tex
+    assert rf"{SIMPLESTREAM} & $\times$ & $\times$ &" in tex
+    assert rf"{SPECIALISED[0]} & \checkmark & \checkmark &" in tex
 
 
-def test_tables_8_and_11_hold_the_specialized_methods(out: Path, scores: pd.DataFrame) -> None:
-    specialized = [f"BM25 Retrieval Memory · {QWEN}"]
-    t8, t11 = _table(out, "table8"), _table(out, "table11")
-    assert list(t8.index) == specialized and list(t8.columns) == ["RTF"]
-    assert t8.iloc[0]["RTF"] == pytest.approx(_value(scores, "BM25 Retrieval Memory", QWEN, "rtf"))
-    assert list(t11.index) == specialized and list(t11.columns) == ["Failures", "Rate (%)"]
+def test_stateless_protocols_are_not_persistent(out: Path) -> None:
+    table = _table(out, "table3")
+    for memory in ("SimpleStream", "Oracle Evidence"):
+        row = table.loc[[label for label in table.index if label.startswith(f"{memory} · ")]]
+        assert not row["Persistent"].any(), memory
+
+
+def test_tables_8_and_11_hold_the_declared_specialised_systems(out: Path, scores: pd.DataFrame) -> None:
+    t8, t11 = _table(out, "table8"), _table(out, "table11")  # retrieval (general) and undeclared ones are not
+    assert list(t8.index) == SPECIALISED and list(t8.columns) == ["RTF"]
+    assert t8.iloc[1]["RTF"] == pytest.approx(_value(scores, MINE, QWEN, "rtf"))
+    assert list(t11.index) == SPECIALISED and list(t11.columns) == ["Failures", "Rate (%)"]
 
 
 def test_table9_is_end_to_end_latency_per_backbone_under_video_and_text_memory(
@@ -128,7 +155,7 @@ def test_table9_is_end_to_end_latency_per_backbone_under_video_and_text_memory(
 
 def test_table12_is_format_failures_per_backbone_with_simplestream_once(out: Path, scores: pd.DataFrame) -> None:
     t12 = _table(out, "table12")
-    assert list(t12.index) == [SIMPLESTREAM, f"SimpleStream · {INTERN}", SEED, QWEN]
+    assert list(t12.index) == [SIMPLESTREAM, SEED, QWEN]  # the paper's SimpleStream only (Qwen3-VL-8B)
     settings = ("w/o memory", "Video memory", "Text memory")
     assert list(t12.columns) == [f"{s}: {c}" for s in settings for c in ("Failures", "Rate (%)")]
     assert t12.loc[SIMPLESTREAM, "w/o memory: Rate (%)"] == pytest.approx(
@@ -144,8 +171,7 @@ def test_figure2_shows_raw_video_general_models_specialized_systems_and_one_simp
     fig = tradeoff_figure(scores)
     ax = fig.axes[0]
     key = [line.split(". ", 1)[1].rsplit(" (", 1)[0] for line in ax.texts[-1].get_text().splitlines()]
-    assert key == [SIMPLESTREAM, f"Raw Video as Memory · {SEED}", f"Raw Video as Memory · {QWEN}",
-                   f"BM25 Retrieval Memory · {QWEN}"]
+    assert key == [SIMPLESTREAM, f"Raw Video as Memory · {SEED}", f"Raw Video as Memory · {QWEN}", *SPECIALISED]
     sizes = ax.collections[0].get_sizes()  # every other method has the same storage/hr
     assert sizes[0] < sizes[1:].min() and np.ptp(sizes[1:]) == 0
 
@@ -184,16 +210,16 @@ def _legends(fig: Figure) -> dict[str, list[str]]:
 
 def test_figure7_general_models_under_video_and_text_memory_with_one_simplestream(scores: pd.DataFrame) -> None:
     assert _legends(radar_figure(scores, "general")) == {
+        "BM25 Retrieval Memory": [SIMPLESTREAM, f"BM25 Retrieval Memory · {QWEN}"],
         "Raw Video as Memory": [SIMPLESTREAM, f"Raw Video as Memory · {SEED}", f"Raw Video as Memory · {QWEN}"],
         "Text Summary as Memory": [SIMPLESTREAM, f"Text Summary as Memory · {SEED}",
                                    f"Text Summary as Memory · {QWEN}"],
     }
 
 
-def test_figure8_specialized_systems_with_one_simplestream(scores: pd.DataFrame) -> None:
-    assert _legends(radar_figure(scores, "specialized")) == {
-        "BM25 Retrieval Memory": [SIMPLESTREAM, f"BM25 Retrieval Memory · {QWEN}"],
-    }
+def test_figure8_specialised_systems_with_one_simplestream(scores: pd.DataFrame) -> None:
+    assert _legends(radar_figure(scores, "specialised")) == {EVENTS: [SIMPLESTREAM, SPECIALISED[0]],
+                                                            MINE: [SIMPLESTREAM, SPECIALISED[1]]}
 
 
 def test_the_perceivers_ceilings_are_reference_rows_and_dotted_in_the_figures(tmp_path: Path) -> None:
@@ -202,16 +228,17 @@ def test_the_perceivers_ceilings_are_reference_rows_and_dotted_in_the_figures(tm
         fixtures.synthetic_run(tmp_path / f"m{i}", _run(*method), trajectories=3, seed=40 + i)
     assert main([str(tmp_path), "--out", str(tmp_path / "out"), "--bootstrap", "0"]) == 0
     ceilings = [f"{m} · {PERCEIVER}" for m in memories]
-    assert list(_table(tmp_path / "out", "table4").index) == [f"{m} · {QWEN}" for m in memories] + ceilings
+    references = sorted(ceilings)  # the reference block: by protocol name
+    assert list(_table(tmp_path / "out", "table4").index) == [f"{m} · {QWEN}" for m in memories] + references
     scores = read_scores(tmp_path / "out" / "scores.csv")
     radar = radar_figure(scores, "general")
-    panels = {m: [SIMPLESTREAM, f"{m} · {QWEN}", ceilings[0], f"{m} · {PERCEIVER}"] for m in memories[1:]}
+    panels = {m: [SIMPLESTREAM, f"{m} · {QWEN}", *sorted([ceilings[0], f"{m} · {PERCEIVER}"])] for m in memories[1:]}
     assert _legends(radar) == panels  # each panel: its protocol's ceiling and SimpleStream's
     assert all(line.get_linestyle() == ":" for ax in radar.axes for line in ax.get_lines()[2:])
     tradeoff = tradeoff_figure(scores)
     solid, hollow = tradeoff.axes[0].collections
     assert len(solid.get_offsets()) == 2 and len(hollow.get_offsets()) == 3  # SimpleStream, raw video; 3 ceilings
-    assert all(f"{n}. {label}" in tradeoff.axes[0].texts[-1].get_text() for n, label in enumerate(ceilings, start=3))
+    assert all(f"{n}. {label}" in tradeoff.axes[0].texts[-1].get_text() for n, label in enumerate(references, start=3))
 
 
 def test_figures_7_and_8_are_separate_files(out: Path) -> None:
@@ -219,8 +246,8 @@ def test_figures_7_and_8_are_separate_files(out: Path) -> None:
     assert names == {f"{n}.{s}" for n in ("figure2_tradeoff", "figure7_radar", "figure8_radar") for s in ("png", "svg")}
 
 
-def test_figure8_needs_a_specialized_system(tmp_path: Path, scores: pd.DataFrame) -> None:
-    general = scores[scores["memory"] != "BM25 Retrieval Memory"]
+def test_figure8_needs_a_specialised_system(tmp_path: Path, scores: pd.DataFrame) -> None:
+    general = scores[scores["method_family"] != "specialised"]
     assert {p.stem for p in write_figures(general, tmp_path)} == {"figure2_tradeoff", "figure7_radar"}
 
 

@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from itertools import groupby
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from apm.data.frames import Frame
 from apm.data.instances import Instance
+from apm.records.declaration import Declaration
 
 Role = Literal["system", "user", "assistant"]
 
@@ -252,6 +253,10 @@ class Backbone(abc.ABC):
     """Base class for backbones: async context manager plus a synchronous convenience call."""
 
     name: str = "backbone"
+    declaration: ClassVar[Declaration | None] = None
+    """What the backbone is (docs/backbones.md, "Declaring a backbone"): a ``baseline`` or ``reference``
+    makes every method on it a reference row, tagged; undeclared (or ``general``), the method is what
+    its memory declares."""
     max_frames: int | None = None
     """At most this many frames per request (the runner samples uniformly up to it); None: no cap."""
     answers_from_annotations: bool = False

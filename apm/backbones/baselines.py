@@ -19,6 +19,7 @@ from typing import Any
 from apm.backbones.base import Backbone, Request, Response
 from apm.data.instances import Instance
 from apm.data.tasks import ADAPTIVE, EA, EA_OPTIONS, MCQA_OPTIONS
+from apm.records.declaration import Declaration
 
 Answer = dict[str, Any]
 
@@ -47,6 +48,8 @@ def intervene(task: str, reason: str, *, answer: str = "", proactive_response: s
 
 class Baseline(Backbone):
     """A backbone that answers from the instance; subclasses say what, as an Appendix E object."""
+
+    declaration = Declaration("baseline", tag="baseline")
 
     def __init__(self, name: str | None = None, max_frames: int | None = 0) -> None:
         self.name = name or type(self).__name__
@@ -123,6 +126,8 @@ class AlwaysIntervene(Baseline):
 
 class Oracle(Baseline):
     """The annotated answer, decision, reference response and reason: an upper bound, not a model."""
+
+    declaration = Declaration("reference", tag="oracle upper bound")
 
     def __init__(self, name: str | None = "Oracle (annotation upper bound)", max_frames: int | None = 0) -> None:
         super().__init__(name, max_frames)

@@ -23,6 +23,7 @@ from apm.backbones.base import (
     video_uuid,
 )
 from apm.backbones.worker_thread import WorkerThreadBackbone
+from apm.records.declaration import Declaration
 
 FramesAs = Literal["video", "images"]
 T = TypeVar("T")
@@ -90,6 +91,8 @@ class HFBackbone(WorkerThreadBackbone):
     separate images; ``processor_kwargs`` go to every processor call.
     Greedy decoding when ``temperature`` is 0; ``json_output`` is not enforced here.
     """
+
+    declaration = Declaration("general")
 
     def __init__(
         self,

@@ -44,6 +44,7 @@ from apm.backbones.base import (
 )
 from apm.backbones.guard import ContextGuard, Policy, text_chars
 from apm.data.frames import Frame
+from apm.records.declaration import Declaration
 from apm.records.redact import redact, url_userinfo
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,8 @@ class OpenAIBackbone(Backbone):
     item its ``uuid`` (vLLM keys its caches by it); ``data_parallel_size`` pins each trajectory to one of
     a data-parallel server's engines (``X-data-parallel-rank``), so its probes share one prefix cache.
     """
+
+    declaration = Declaration("general")
 
     def __init__(
         self,

@@ -29,6 +29,7 @@ from apm.backbones.base import Backbone, Request, Response, TextPart
 from apm.backbones.baselines import Answer, intervene, silent
 from apm.data import clock
 from apm.data.frames import Frame
+from apm.records.declaration import Declaration
 from apm.synth.render import read_scene, read_sign
 from apm.synth.world import ACTIONS, PACKING, TRAY_SLOTS, WORDS, ZONE_PLACES, ZONE_RELATIVE, ZONES
 
@@ -402,14 +403,16 @@ def _mpa(s: Shown) -> Answer:
 
 
 def _tpg(s: Shown) -> Answer:
-    """TPG: packing the tray again recalls how far it got the last time."""
+    """TPG: packing the tray now is its resumption (the synthetic world poses TPG only where the tray
+    was packed before), so the current frames decide, as any reader of them could; an earlier
+    session, when shown, adds how far it got the last time."""
     now = s.at(s.now)
+    if now is None or now.action != PACKING:
+        return silent("not packing the tray")
     packed = [x for x in s.earlier() if x.action == PACKING]
-    if now is None or now.action != PACKING or not packed:
-        return silent("not packing the tray again")
-    return intervene("TPG", "packing the tray again",
-                     proactive_response=f"You're packing the tray again. Last time you stopped with "
-                                        f"{packed[-1].count} of {TRAY_SLOTS} slots filled.")
+    last = (f" Last time you stopped with {packed[-1].count} of {TRAY_SLOTS} slots filled." if packed
+            else " I was not shown how far it got the last time.")
+    return intervene("TPG", "packing the tray again", proactive_response=f"You're packing the tray again.{last}")
 
 
 PROBES: tuple[tuple[str, Callable[[Shown], Answer]], ...] = (
@@ -442,6 +445,8 @@ def summary(request: Request) -> dict[str, str]:
 
 class PixelPerceiver(Backbone):
     """The pixel-perceiver reference (module docstring): the information ceiling of what a request shows."""
+
+    declaration = Declaration("reference", tag="pixel-perceiver reference", ceiling=True)
 
     def __init__(self, name: str = "Perceiver (pixel-perceiver reference)", max_frames: int | None = 1024) -> None:
         self.name, self.max_frames = name, max_frames

@@ -8,6 +8,7 @@ from typing import Any
 from apm.backbones.base import GenerationSettings, Request, Response
 from apm.backbones.hf import ChatInputs, FramesAs, to_chat_inputs
 from apm.backbones.worker_thread import WorkerThreadBackbone
+from apm.records.declaration import Declaration
 
 
 def multi_modal_uuids(chat: ChatInputs) -> dict[str, list[str]]:
@@ -35,6 +36,8 @@ class VLLMOfflineBackbone(WorkerThreadBackbone):
     ``engine`` holds ``vllm.LLM`` keyword arguments (dtype, max_model_len, limit_mm_per_prompt, …).
     ``ttft_s`` is the engine's own first-token latency; ``cached_tokens`` its prefix-cache hits.
     """
+
+    declaration = Declaration("general")
 
     def __init__(
         self,

@@ -18,11 +18,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
+from apm.records.declaration import Declaration
 from apm.video.select import Span
 
 if TYPE_CHECKING:
@@ -80,11 +81,9 @@ class MemoryProtocol(abc.ABC):
     needs_writer: bool = False
     """Whether ``end_session`` asks a backbone to write text memory: only then is it given the
     ``writer`` (otherwise ``None``)."""
-    streaming: bool = False
-    """Whether the method takes streaming input (Table 3's "Streaming" column): a protocol shows a
-    stateless backbone a rebuilt context per probe, so it does not."""
-    persistent: bool = True
-    """Whether state persists across sessions (Table 3's "Persistent" column)."""
+    declaration: ClassVar[Declaration | None] = None
+    """What the protocol is (family, Table 3's Streaming and Persistent, a reference's tag;
+    docs/memory.md, "Declaring a protocol"); undeclared, the tables print '–' and group it apart."""
 
     def __init__(self, name: str | None = None):
         if name:

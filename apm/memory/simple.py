@@ -9,6 +9,7 @@ from apm.data.instances import Instance, Turn
 from apm.data.model import Trajectory
 from apm.memory.base import History, MemoryProtocol
 from apm.prompts import turn_text
+from apm.records.declaration import Declaration
 from apm.video.select import Span
 
 
@@ -16,7 +17,7 @@ class SimpleStream(MemoryProtocol):
     """No memory: only the ``recent_frames`` most recent frames of the current session (paper: 4)."""
 
     name = "SimpleStream"
-    persistent = False
+    declaration = Declaration("baseline", streaming=False, persistent=False)
 
     def __init__(self, recent_frames: int = 4, name: str | None = None):
         super().__init__(name)
@@ -34,6 +35,7 @@ class OracleEvidence(MemoryProtocol):
     """
 
     name = "Oracle Evidence"
+    declaration = Declaration("reference", streaming=False, persistent=False, tag="oracle-evidence control")
 
     def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
         fields = instance.candidate.fields

@@ -16,6 +16,7 @@ from apm.memory.base import History, MemoryProtocol, Note, SessionView, prior_se
 from apm.prompts import stream_parts, summary_prompts, turn_text
 from apm.prompts.parse import json_object
 from apm.records.atomic import write_atomically
+from apm.records.declaration import Declaration
 
 
 def _note_path(state_dir: Path, s: Session) -> Path:
@@ -37,6 +38,7 @@ class TextSummary(MemoryProtocol):
 
     name = "Text Summary as Memory"
     needs_writer = True
+    declaration = Declaration("general", streaming=False, persistent=True)
 
     def __init__(self, session_frames: int = 1024, max_tokens: int = 1024, name: str | None = None):
         super().__init__(name)

@@ -17,6 +17,7 @@ from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
 from apm.records.atomic import temp_name, write_atomically
+from apm.records.declaration import Declaration
 from apm.video.select import Span
 
 
@@ -50,6 +51,7 @@ class RawVideo(MemoryProtocol):
     """
 
     name = "Raw Video as Memory"
+    declaration = Declaration("general", streaming=False, persistent=True)
 
     def __init__(self, keep_sessions: int | None = None, name: str | None = None):
         super().__init__(name)

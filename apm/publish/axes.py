@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from apm.publish.source import Method
-from apm.reduce.names import is_reference, method_label
+from apm.reduce.names import is_reference, row_label
 from apm.reduce.scores import unjudged_probes
 
 NOT_THE_METHOD = ("shard", "logging")
@@ -48,12 +48,15 @@ def method_config(m: Method) -> dict[str, Any]:
         "backbone": str(first["backbone_config"]),
         "writer": choices.get("writer"),
         "judge": choices.get("judge"),
-        "method": method_label(run["memory"], run["backbone"], *variants),
+        "method": row_label(first),
         "dataset_name": run["dataset"],
         "memory_name": run["memory"],
         "backbone_name": run["backbone"],
         "memory_variant": variants[0],
         "backbone_variant": variants[1],
+        "settings": str(first["settings"]),
+        "method_family": str(first["method_family"]),
+        "tag": str(first["tag"]),
         "streaming": capabilities.get("streaming"),
         "persistent": capabilities.get("persistent"),
         "prompt_version": joined(m.records["prompt_version"]),
@@ -68,9 +71,10 @@ def method_config(m: Method) -> dict[str, Any]:
 
 
 def method_tags(config: dict[str, Any]) -> list[str]:
-    """``dataset=…``, ``memory=…``, ``backbone=…`` (and ``reference`` for baselines and oracles)."""
+    """``dataset=…``, ``memory=…``, ``backbone=…`` (and ``reference`` for reference rows: baselines,
+    oracles, the perceiver, as their classes declare)."""
     tags = [f"{axis}={config[axis]}"[:MAX_TAG] for axis in ("dataset", "memory", "backbone")]
-    return tags + (["reference"] if is_reference(config["memory"], config["backbone"]) else [])
+    return tags + (["reference"] if is_reference(config["method_family"]) else [])
 
 
 def coverage_summary(scores: pd.DataFrame) -> dict[str, Any]:

@@ -69,7 +69,8 @@ def _run(line: Line) -> str | None:
     run = line.get("run")
     if not isinstance(run, dict):
         return "run: missing (no method to count it under)"
-    names, parts = ("dataset", "memory", "backbone", "config_hash"), ("choices", "overrides", "capabilities")
+    names = ("dataset", "memory", "backbone", "config_hash")
+    parts = ("choices", "overrides", "capabilities", "declarations")
     bad = [k for k in names if not isinstance(run.get(k), str) or not run[k]]
     bad += [k for k in parts if run.get(k) is not None and not isinstance(run[k], dict)]
     choices = run.get("choices") or {}

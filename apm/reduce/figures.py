@@ -1,8 +1,10 @@
 """The paper's figures from ``scores.csv``: the utility–latency–storage bubble chart (Figure 2) and
 the 12-task radar charts of general models (Figure 7) and specialized systems (Figure 8), written as
-PNG and SVG. Baselines and the oracle are in no figure; each figure shows one SimpleStream method for
-comparison, and a radar panel also the information ceilings (``CEILINGS``) under its protocol and
-under SimpleStream, dotted.
+PNG and SVG. Methods are placed by their declared family (docs/scores.md, "Groups and labels"):
+baselines and the oracle are in no figure; each figure shows the one SimpleStream method
+(:func:`~apm.reduce.tables.paper_simplestream`) for comparison, and a radar panel also the
+information ceilings (reference backbones declaring ``ceiling``) under its protocol and under
+SimpleStream, dotted.
 
 Figures are built with matplotlib's object API (``Figure``, rendered by Agg on save): no pyplot
 state and no global backend switch, so importing this module never changes a notebook's backend.
@@ -23,8 +25,8 @@ from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from apm.data.tasks import TASKS
-from apm.reduce.names import CEILINGS, group_kind, human_bytes, memory_name
-from apm.reduce.tables import coverage_gaps, method_rows
+from apm.reduce.names import human_bytes, memory_name
+from apm.reduce.tables import coverage_gaps, method_rows, paper_simplestream
 from apm.reduce.units import ALL
 
 DPI = 150
@@ -40,13 +42,20 @@ def _wide(scores: pd.DataFrame, cells: dict[str, tuple[str, str]]) -> pd.DataFra
         name: rows[(rows["metric"] == m) & (rows["task"] == t)].groupby("method", observed=True)["value"].last()
         for name, (m, t) in cells.items()
     }
-    names = rows.groupby("method", observed=True)[["group", "memory", "memory_config", "backbone_config"]].first()
+    columns = ["group", "method_family", "ceiling", "memory", "memory_config", "backbone_config", "memory_variant",
+               "settings"]
+    names = rows.groupby("method", observed=True)[columns].first().astype(str)
     return pd.DataFrame(out).join(names, how="left")
 
 
 def _simplestream(data: pd.DataFrame) -> pd.DataFrame:
-    """The one SimpleStream method a figure shows: the first (paper order) that is no reference method."""
-    return data[data["group"] == "none"].head(1)
+    """The one SimpleStream method a figure shows (:func:`~apm.reduce.tables.paper_simplestream`)."""
+    return data.loc[[paper_simplestream(data)]] if paper_simplestream(data) else data.iloc[:0]
+
+
+def _ceilings(data: pd.DataFrame) -> pd.DataFrame:
+    """The information ceilings: reference rows whose backbone declares ``ceiling``."""
+    return data[data["ceiling"] == "True"]
 
 
 def spans_decades(values: np.ndarray) -> bool:
@@ -87,8 +96,8 @@ def tradeoff_figure(scores: pd.DataFrame) -> Figure:
     under raw video memory, specialized systems and SimpleStream, and the information ceilings (hollow)."""
     data = _wide(scores, {"latency": ("ttft_s", ALL), "overall": ("overall", ALL),
                           "storage": ("storage_bytes_per_hour", ALL)}).dropna(subset=["latency", "overall"])
-    shown = data["group"].map(lambda g: g == "raw_video" or group_kind(g) == "specialized").astype(bool)
-    ceilings = data[data["backbone_config"].isin(CEILINGS)]
+    shown = (data["group"] == "raw_video") | (data["method_family"] == "specialised")
+    ceilings = _ceilings(data)
     data = pd.concat([_simplestream(data), data[shown], ceilings])
     if data.empty:
         return Figure()
@@ -119,13 +128,13 @@ def tradeoff_figure(scores: pd.DataFrame) -> Figure:
 
 def radar_figure(scores: pd.DataFrame, kind: str = "general") -> Figure:
     """The 12 task scores on a 0–100 radar, one panel per memory protocol of the methods of ``kind``
-    (``general``: Figure 7; ``specialized``: Figure 8), each panel with the one SimpleStream method."""
+    (``general``: Figure 7; ``specialised``: Figure 8), each panel with the one SimpleStream method."""
     data = _wide(scores, {t: ("task_score", t) for t in TASKS}).dropna(subset=list(TASKS), how="all")
-    groups = list(dict.fromkeys(data.loc[data["group"].map(group_kind) == kind, "group"]))
+    groups = list(dict.fromkeys(data.loc[data["method_family"] == kind, "group"]))
     if not groups:
         return Figure()
     simplestream = _simplestream(data)
-    ceilings = data[data["backbone_config"].isin(CEILINGS)]
+    ceilings = _ceilings(data)
     angles = np.linspace(0, 2 * np.pi, len(TASKS), endpoint=False)
     closed = np.append(angles, angles[0])
     cols = min(3, len(groups))
@@ -133,10 +142,11 @@ def radar_figure(scores: pd.DataFrame, kind: str = "general") -> Figure:
     fig = Figure(figsize=(5.5 * cols, 6.2 * rows), dpi=DPI)
     axes = fig.subplots(rows, cols, subplot_kw={"projection": "polar"}, squeeze=False)
     for ax, group in zip(axes.flat, groups):
-        ceiling = ceilings[ceilings["memory_config"].isin(["none", group])]
+        ceiling = ceilings[ceilings["memory_config"].isin([*simplestream["memory_config"], group])]
         for label, row in pd.concat([simplestream, data[data["group"] == group], ceiling]).iterrows():
             values = row[list(TASKS)].to_numpy(float)
-            style = ":" if label in ceiling.index else "--" if row["group"] == "none" else "-"  # SimpleStream dashed
+            dashed = label in simplestream.index  # SimpleStream
+            style = ":" if label in ceiling.index else "--" if dashed else "-"
             ax.plot(closed, np.append(values, values[0]), style, linewidth=1.2, label=label)
             ax.fill(closed, np.append(values, values[0]), alpha=0.05)
         ax.set_theta_offset(np.pi / 2)
@@ -181,7 +191,7 @@ FIGURES = (
         "figure8_radar", "Figure 8",
         "Scores on all 12 tasks for specialized streaming-memory methods and SimpleStream. All axes use a "
         "0–100 scale.",
-        partial(radar_figure, kind="specialized"),
+        partial(radar_figure, kind="specialised"),
     ),
 )
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from apm.records.declaration import Declaration, from_record, method_kind
 from apm.records.judging import needs_judge, response_digest, verifies
 from apm.records.lines import Kind, Skipped, read_lines
 from apm.reduce.coverage import PlanFile, read_plans
@@ -26,10 +27,14 @@ METHOD = ["dataset", "memory", "backbone", "config_hash"]
 RELEASE = "release_fingerprint"
 """Column of the release a line's run answered (its ``run`` block, else the run dir's ``config.json``)."""
 
-CONFIG = ["memory_config", "backbone_config", "memory_variant", "backbone_variant", "streaming", "persistent"]
-"""Per record, the method's config-group choices, the settings differing from their defaults
-(``recent_frames=8, …``; the summary writer's settings count as the memory's, ``writer.…``) and
-what its memory declares it supports (``True``/``False``; empty for runs that predate it)."""
+CONFIG = ["memory_config", "backbone_config", "memory_variant", "backbone_variant", "settings", "method_family",
+          "tag", "ceiling", "streaming", "persistent"]
+"""Per record, the method's config-group choices; the settings differing from their defaults
+(``recent_frames=8, …``; the summary writer, ``writer=<choice>``, and its settings, ``writer.…``,
+count as the memory's; ``frames.…`` and ``generation.…`` are the run's ``settings``); the method's
+``method_family``, ``tag`` and ``ceiling`` (``True``/``False``) from its classes' declarations
+(:func:`apm.records.declaration.method_kind`; family empty when undeclared); and what its memory
+declares it supports (``True``/``False``; empty if undeclared)."""
 
 _CATEGORICAL = METHOD + [RELEASE] + CONFIG + [
     "trajectory_id", "candidate_id", "task", "family", "polarity", "parse_status", "decision", "answer",
@@ -60,32 +65,51 @@ def _choice(group: str) -> Callable[[Row], Any]:
     return lambda r: ((r.get("run") or {}).get("choices") or {}).get(group) or (r.get("run") or {}).get(group)
 
 
-def _variant(*groups: str) -> Callable[[Row], str]:
+def _variant(*groups: str, chosen: str | None = None, keep_prefix: bool = False) -> Callable[[Row], str]:
     """The run's settings of ``groups`` that differ from their defaults: sorted ``key=value`` pairs,
-    the first group's prefix dropped (``memory.recent_frames`` → ``recent_frames``)."""
-    prefix = f"{groups[0]}."
+    the first group's prefix dropped unless ``keep_prefix`` (``memory.recent_frames`` →
+    ``recent_frames``), after ``<chosen>=<choice>`` when the config chose that group (the writer)."""
+    prefix = "" if keep_prefix else f"{groups[0]}."
 
     def pairs(r: Row) -> str:
-        overrides = (r.get("run") or {}).get("overrides") or {}
+        run = r.get("run") or {}
+        overrides = run.get("overrides") or {}
         mine = sorted(k for k in overrides if k.split(".", 1)[0] in groups)
-        return ", ".join(f"{k.removeprefix(prefix)}={overrides[k]}" for k in mine)
+        choice = (run.get("choices") or {}).get(chosen) if chosen else None
+        picked = [f"{chosen}={choice}"] if choice else []
+        return ", ".join(picked + [f"{k.removeprefix(prefix)}={overrides[k]}" for k in mine])
 
     return pairs
 
 
-def _capability(name: str) -> Callable[[Row], str]:
-    """A capability the run's memory declares (``run.capabilities``), as ``True``/``False``/``''``."""
+def _declarations(r: Row) -> tuple[Declaration | None, Declaration | None]:
+    """What the run's memory and backbone declare (None for either when undeclared or older)."""
+    block = (r.get("run") or {}).get("declarations") or {}
+    return from_record(block.get("memory")), from_record(block.get("backbone"))
 
-    def declared(r: Row) -> str:
-        value = ((r.get("run") or {}).get("capabilities") or {}).get(name)
+
+def _kind(field: str) -> Callable[[Row], str]:
+    """The method's ``family`` or ``tag`` (:func:`method_kind`)."""
+    return lambda r: str(getattr(method_kind(*_declarations(r)), field))
+
+
+def _capability(name: str) -> Callable[[Row], str]:
+    """A capability the run's memory declares (its declaration, else ``run.capabilities`` of older
+    runs), as ``True``/``False``/``''``."""
+
+    def capability(r: Row) -> str:
+        memory = _declarations(r)[0]
+        value = getattr(memory, name) if memory else ((r.get("run") or {}).get("capabilities") or {}).get(name)
         return "" if value is None else str(bool(value))
 
-    return declared
+    return capability
 
 
 _RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in [*METHOD, RELEASE]] + [
     ("memory_config", _choice("memory")), ("backbone_config", _choice("backbone")),
-    ("memory_variant", _variant("memory", "writer")), ("backbone_variant", _variant("backbone")),
+    ("memory_variant", _variant("memory", "writer", chosen="writer")), ("backbone_variant", _variant("backbone")),
+    ("settings", _variant("frames", "generation", keep_prefix=True)),
+    ("method_family", _kind("family")), ("tag", _kind("tag")), ("ceiling", _kind("ceiling")),
     ("streaming", _capability("streaming")), ("persistent", _capability("persistent")),
 ]
 

@@ -55,6 +55,15 @@ def balanced(first: Estimator, second: Estimator) -> Estimator:
     return estimate
 
 
+def both(first: Estimator, second: Estimator) -> Estimator:
+    """Mean of two rates, NaN unless both exist (a balance of one side is no balance)."""
+
+    def estimate(s: Sums) -> np.ndarray:
+        return (first(s) + second(s)) / 2.0
+
+    return estimate
+
+
 def _nanmean(values: np.ndarray) -> np.ndarray:
     """Mean over axis 0 ignoring NaN; NaN (without a warning) where all are NaN."""
     present = ~np.isnan(values)
@@ -82,7 +91,7 @@ RESPONSE_QUALITY = Metric("response_quality", ratio("rq", "rq_has"), ("rq_has",)
 JUDGE_FAILURES = Metric("judge_failures", count("judge_fail"), ("n_inst",), interval=False, answered=False)
 EA_ACCURACY = Metric("ea_accuracy", ratio("ea_ok", "ea_n", 100.0), ("ea_n",))
 EU_ACCURACY = Metric("eu_accuracy", ratio("eu_ok", "eu_n", 100.0), ("eu_n",))
-EA_BALANCED = Metric("ea_balanced", balanced(EA_ACCURACY.value, EU_ACCURACY.value), ("ea_n", "eu_n"))
+EA_BALANCED = Metric("ea_balanced", both(EA_ACCURACY.value, EU_ACCURACY.value), ("ea_n", "eu_n"))
 EA_ORIGINAL = Metric("ea_original_accuracy", ratio("orig_ok", "orig_n", 100.0), ("orig_n",))
 TTFT = Metric("ttft_s", ratio("ttft_sum", "ttft_n"), ("ttft_n",), answered=False)
 LATENCY_TOTAL = Metric("latency_total_s", ratio("total_sum", "total_n"), ("total_n",), answered=False)

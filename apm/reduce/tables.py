@@ -19,15 +19,15 @@ from apm.reduce.coverage import PARTIAL
 from apm.reduce.load import CONFIG, METHOD
 from apm.reduce.metrics import CAPABILITIES
 from apm.reduce.names import (
-    GENERAL_MEMORY,
-    MEMORY_ORDER,
-    group_kind,
+    SIMPLESTREAM_BACKBONE,
     human_bytes,
-    method_group,
+    is_reference,
     method_label,
     method_rank,
-    reference_tag,
+    row_label,
+    row_rank,
 )
+from apm.reduce.scores import ANSWERED
 from apm.reduce.units import ALL, EA_ORIGINAL_MEMORY
 
 Format = Callable[[float], str]
@@ -64,7 +64,7 @@ class Table:
     """A table: its file name, paper number, caption and columns.
 
     ``attributes`` are per-method columns of ``scores.csv`` (``streaming``) shown first as ✓/✗;
-    ``kinds`` keeps only methods of those :func:`~apm.reduce.names.group_kind` (all when empty);
+    ``kinds`` keeps only methods of those declared families (all when empty; docs/scores.md);
     ``by_backbone`` makes one row per backbone of the general models (a SimpleStream method keeps
     its own row), its columns picking a memory config."""
 
@@ -77,7 +77,7 @@ class Table:
     by_backbone: bool = False
 
 
-_SPECIALIZED = frozenset({"specialized"})
+_SPECIALIZED = frozenset({"specialised"})
 _GENERAL = frozenset({"general"})
 _OVERALL = Column("Overall", "overall", ALL)
 _FAILURES = (Column("Failures", "format_failures", ALL, integer), Column("Rate (%)", "format_failure_rate", ALL))
@@ -143,7 +143,7 @@ TABLES = (
         "Mean end-to-end latency (seconds) for general video models, from request submission to the complete "
         "response. Video memory replays prior sessions; text memory supplies saved summaries and the current "
         "causal prefix.",
-        _per_setting((Column("Total (s)", "latency_total_s", ALL),), GENERAL_MEMORY),
+        _per_setting((Column("Total (s)", "latency_total_s", ALL),), ("raw_video", "text_summary")),
         kinds=_GENERAL, by_backbone=True,
     ),
     Table(
@@ -164,7 +164,7 @@ TABLES = (
         "Unrecoverable output-format failures for general video models under video and text memory: count, and "
         "rate over the probes of each setting. SimpleStream uses only the four most recent frames and is "
         "reported once.",
-        _per_setting(_FAILURES, MEMORY_ORDER), kinds=_GENERAL | {"simplestream"}, by_backbone=True,
+        _per_setting(_FAILURES, tuple(_SETTINGS)), kinds=_GENERAL | {"baseline"}, by_backbone=True,
     ),
     Table(
         "table13", "Table 13",
@@ -209,19 +209,14 @@ def _labels(info: pd.DataFrame, ea_only: set[str]) -> dict[str, str]:
     method (``EA_ORIGINAL_MEMORY``, same backbone config and settings), so its EA scores fill that
     row; without one it gets a row of its own, under the main protocol's name."""
     main = info.loc[[h for h in info.index if h not in ea_only]]
-    labels = _disambiguated(
-        {h: method_label(r.memory, r.backbone, r.memory_variant, r.backbone_variant,
-                         reference_tag(r.memory_config, r.backbone_config)) for h, r in main.iterrows()},
-        info,
-    )
+    labels = _disambiguated({h: row_label(r) for h, r in main.iterrows()}, info)
     for h in sorted(ea_only):
         r = info.loc[h]
         target = EA_ORIGINAL_MEMORY.get(r.memory_config, r.memory_config)
         found = main[(main["memory_config"] == target) & (main["backbone_config"] == r.backbone_config)
-                     & (main["backbone_variant"] == r.backbone_variant)]
+                     & (main["backbone_variant"] == r.backbone_variant) & (main["settings"] == r.settings)]
         shown = target if target != r.memory_config else r.memory
-        tag = reference_tag(r.memory_config, r.backbone_config)
-        own = method_label(shown, r.backbone, "", r.backbone_variant, tag)
+        own = method_label(shown, r.backbone, "", r.backbone_variant, r.tag, r.settings)
         labels[h] = labels[found.index[0]] if len(found) else own
     return labels
 
@@ -243,8 +238,10 @@ def _marked(labels: dict[str, str], partial: set[str]) -> dict[str, str]:
 def method_rows(scores: pd.DataFrame) -> pd.DataFrame:
     """Scores with a ``method`` label and ``group``, in the paper's row order (an ordered categorical).
 
-    Methods are config hashes. Of a config holding only the EA set, only EA scores are kept (its
-    latency or storage would otherwise stand for the main run's), in its main protocol's row. The
+    Methods are config hashes; ``group`` is the memory config a by-backbone column picks
+    (``reference`` for reference rows, which fill none). Of a config holding only the EA set, only EA
+    scores are kept (its latency or storage would otherwise stand for the main run's), in its main
+    protocol's row. The
     row of a method that does not cover its plan is labelled '(partial)' (:func:`coverage_gaps`).
     """
     ea_only = _ea_only(scores)
@@ -252,30 +249,48 @@ def method_rows(scores: pd.DataFrame) -> pd.DataFrame:
     info = scores.loc[:, [*METHOD, *CONFIG]].astype(str).drop_duplicates("config_hash").set_index("config_hash")
     labels = _marked(_labels(info, ea_only), set(coverage_gaps(scores)))
     main = info.loc[[h for h in info.index if h not in ea_only]]
-    rank = {labels[h]: method_rank(r.memory_config, r.backbone_config) for h, r in main.iterrows()}
-    rank.update({labels[h]: (True, 99, "", 0, "") for h in ea_only if labels[h] not in rank})
-    group = {h: method_group(EA_ORIGINAL_MEMORY.get(r.memory_config, r.memory_config), r.backbone_config)
-             for h, r in info.iterrows()}
+    rank = {labels[h]: row_rank(r) for h, r in main.iterrows()}
+    rank.update({labels[h]: row_rank(r) for h, r in info.iterrows() if labels[h] not in rank})
+    group = {h: "reference" if is_reference(r.method_family)
+             else EA_ORIGINAL_MEMORY.get(r.memory_config, r.memory_config) for h, r in info.iterrows()}
     hashes = scores["config_hash"].astype(str)
     labelled = scores.assign(method=hashes.map(labels), group=hashes.map(group))
     order = sorted(set(labels.values()), key=lambda label: (rank[label], label))
     return labelled.assign(method=pd.Categorical(labelled["method"], order, ordered=True))
 
 
+def paper_simplestream(methods: pd.DataFrame) -> str | None:
+    """The one SimpleStream (``baseline``-family) method of ``methods`` (indexed by label, in row
+    order) that figures and Table 12 show: the paper's (:data:`SIMPLESTREAM_BACKBONE`, default
+    settings), else the first; None when there is none."""
+    baselines = methods[methods["method_family"].astype(str) == "baseline"]
+    paper = baselines[(baselines["backbone_config"].astype(str) == SIMPLESTREAM_BACKBONE)
+                      & (baselines["memory_variant"].astype(str) == "") & (baselines["settings"].astype(str) == "")]
+    chosen = paper if len(paper) else baselines
+    return str(chosen.index[0]) if len(chosen) else None
+
+
 def table_rows(table: Table, scores: pd.DataFrame) -> pd.DataFrame:
     """The score rows of the methods ``table`` shows, each with its table ``row`` (an ordered
     categorical): the method's label, or in a table by backbone, for a general model under a
-    protocol's default settings, its backbone's part of the label."""
+    protocol's default settings, its backbone's part of the label (rows by family, then backbone)."""
     rows = method_rows(scores)
     if table.kinds:
-        rows = rows[rows["group"].map(group_kind).isin(table.kinds)]
+        rows = rows[rows["method_family"].astype(str).isin(table.kinds)]
+    if "baseline" in table.kinds:  # the one SimpleStream
+        columns = ["method_family", "backbone_config", "memory_variant", "settings"]
+        info = rows.groupby("method", observed=True)[columns].first()
+        one = paper_simplestream(info)
+        rows = rows[(rows["method_family"].astype(str) != "baseline") | (rows["method"].astype(str) == one)]
     if not table.by_backbone:
         return rows.assign(row=rows["method"])
     label = rows["method"].astype(str)
-    plain = rows["group"].isin(GENERAL_MEMORY) & (rows["memory_variant"].astype(str) == "")
+    plain = (rows["method_family"].astype(str) == "general") & (rows["memory_variant"].astype(str) == "")
     row = label.where(~plain, label.str.split(" · ", n=1).str[1])
-    order = dict.fromkeys(row.iloc[np.argsort(rows["method"].cat.codes.to_numpy(), kind="stable")])
-    return rows.assign(row=pd.Categorical(row, list(order), ordered=True))
+    rank = {r: (method_rank(f, "" if p else m, b, t, n), r) for r, f, m, b, t, n, p in zip(
+        row, rows["method_family"].astype(str), rows["memory"].astype(str), rows["backbone_config"].astype(str),
+        rows["tag"].astype(str), rows["backbone"].astype(str), plain)}
+    return rows.assign(row=pd.Categorical(row, sorted(rank, key=rank.__getitem__), ordered=True))
 
 
 def _pivot(table: Table, rows: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -314,10 +329,18 @@ def numeric(table: Table, scores: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+COUNTS_ERRORS_AS_WRONG = ANSWERED - {"format_failure_rate"}
+"""Scores whose instances include errored ones, each counted wrong (their ``_answered`` view leaves
+them out); latency, storage and failure counts leave errors out, so their cells are never marked."""
+
+
 def error_marks(table: Table, scores: pd.DataFrame) -> pd.DataFrame:
-    """Per row and column, whether the cell's instances include backbone errors (counted wrong)."""
+    """Per row and column, whether the cell is a score (:data:`COUNTS_ERRORS_AS_WRONG`) whose
+    instances include backbone errors: :data:`ERROR_MARK` means that in every cell."""
     errors = _pivot(table, table_rows(table, scores), "n_error")
-    return errors.apply(pd.to_numeric, errors="coerce").fillna(0) > 0
+    marked = errors.apply(pd.to_numeric, errors="coerce").fillna(0) > 0
+    scored = [c.header for c in table.columns if c.metric in COUNTS_ERRORS_AS_WRONG]
+    return marked & marked.columns.isin(scored)
 
 
 ERROR_MARK = "†"

@@ -45,6 +45,7 @@ from apm.data.release import load_release
 from apm.errors import hold, hydra_guarded
 from apm.prompts import PROMPT_VERSION
 from apm.records.atomic import write_json_atomically
+from apm.records.declaration import run_declarations
 from apm.records.jsonl import latest_records
 from apm.records.redact import ENV_NAME, redact_data, redact_logging, register_config_secrets
 from apm.runner import latency, ledger, manifest
@@ -233,7 +234,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
         run_info={"dataset": cfg.dataset.name, "memory": protocol.name, "backbone": backbone.name,
                   "config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
                   "code": code, **method_identity(cfg),
-                  "capabilities": {"streaming": protocol.streaming, "persistent": protocol.persistent}},
+                  **run_declarations(protocol, backbone, writer if cfg.writer is not None else None)},
         protocol=protocol,
         backbone=backbone,
         writer=writer,

@@ -169,6 +169,9 @@ GROUPS = {"dataset": "dataset", "memory": "memory", "backbone": "backbone", "wri
 """The config groups that name a run's method: the key each fills, and Hydra's name for its choice."""
 VARIANT_KEYS = ("memory", "backbone", "writer")
 """Keys whose settings off their group's defaults make a method's variant (``memory.recent_frames=8``)."""
+SETTING_KEYS = ("frames", "generation")
+"""Run settings that change what the model is shown or how it answers: off the defaults, they are in
+the method's label too (``frames.layout=session_stable``); ``frames.cache_dir`` is no setting."""
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -177,7 +180,7 @@ def config_hash(cfg: DictConfig) -> str:
     transport settings excluded."""
     ident = {k: _identity(k, _plain(cfg.get(k))) for k in IDENTITY_KEYS}
     ident["frames"] = {k: v for k, v in (ident["frames"] or {}).items()
-                       if k != "cache_dir" and (k, v) != ("layout", FrameLayout.uniform)}  # hashes from before layouts
+                       if (k, v) != ("layout", FrameLayout.uniform)}  # hashes from before layouts
     dataset = ident["dataset"]
     release = release_fingerprint(dataset["root"])
     ident["dataset"] = {k: v for k, v in dataset.items() if k != "root" and k not in SUBSET_KEYS} | {"release": release}
@@ -197,9 +200,9 @@ def method_identity(cfg: DictConfig) -> dict[str, Any]:
     for path in required:  # a mandatory value (``???``) has no default: the run's value is a setting of its own
         OmegaConf.update(defaults, path, OmegaConf.select(cfg, path), force_add=True)
     overrides: dict[str, Any] = {}
-    for key in VARIANT_KEYS:
+    for key in VARIANT_KEYS + SETTING_KEYS:
         mine = _flat(key, _identity(key, _plain(cfg.get(key))))
-        base = _flat(key, _identity(key, _plain(defaults.get(key)) if choices[key] else None))
+        base = _flat(key, _identity(key, _plain(defaults.get(key)) if choices.get(key, key) else None))
         overrides |= {k: v for k, v in mine.items() if k not in base or base[k] != v or k in required}
         overrides |= {k: None for k in base if k not in mine}
     return {"choices": choices, "overrides": overrides}
@@ -229,6 +232,8 @@ def _identity(key: str, node: Any) -> Any:
     settings (:data:`OPERATIONAL_KEYS`); any other key whole."""
     if key in ("backbone", "writer") and isinstance(node, dict):
         return {k: v for k, v in node.items() if k not in OPERATIONAL_KEYS}
+    if key == "frames" and isinstance(node, dict):
+        return {k: v for k, v in node.items() if k != "cache_dir"}
     return node
 
 
@@ -241,7 +246,7 @@ def _flat(prefix: str, node: Any) -> dict[str, Any]:
 
 def _plain(node: Any) -> Any:
     """A config node as plain data, interpolations resolved (only this node: never ``hydra``)."""
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    return OmegaConf.to_container(node, resolve=True, enum_to_str=True) if isinstance(node, DictConfig) else node
 
 
 class ConfigError(ValueError):

@@ -37,6 +37,7 @@ from apm.data.model import Session, Trajectory
 from apm.memory.base import History, manifest_sha256, state_manifest
 from apm.prompts import system_prompt
 from apm.records.atomic import write_atomically
+from apm.records.declaration import declared
 from apm.runner.causality import check_shown
 from apm.runner.context import build_parts, prompt_digest
 from apm.runner.online import (
@@ -303,7 +304,7 @@ def streaming_record(setup: RunSetup, inst: Instance, traj: Trajectory, answer: 
     system (docs/records.md, "Latency"): ``ttft_s`` runs from the last required update (streaming) or
     from the start of the causal prefix's processing; ``rtf`` always covers the whole prefix."""
     response = answer.response
-    streaming = setup.protocol.streaming
+    streaming = getattr(declared(setup.protocol), "streaming", None) is not False  # undeclared: it streams
     before_generation = max(0.0, wall - response.total_s)
     lead = 0.0 if streaming else clock.total
     record = make_record(setup, inst, traj, None, response, lead + before_generation, shown, in_flight)

@@ -28,7 +28,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from apm.backbones.base import Request, Response
 from apm.data.frames import Frame
@@ -36,6 +36,7 @@ from apm.data.ids import session_path
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, Note
+from apm.records.declaration import Declaration
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,11 @@ class StreamingSystem(abc.ABC):
 
     name: str = "Streaming memory system"
     """How tables print the system; a config's ``name`` overrides it."""
-    streaming: bool = True
-    """Takes streaming input (Table 3): latency runs from the last required update to the first token.
-    False: the system processes the causal prefix when asked, and latency covers that processing."""
-    persistent: bool = True
-    """Exports state that later sessions read (Table 3's "Persistent" column)."""
+    declaration: ClassVar[Declaration | None] = Declaration("specialised", streaming=True)
+    """What the system is (docs/streaming-systems.md, "Declaring a system"). ``streaming``: takes
+    streaming input (Table 3), so latency runs from the last required update to the first token;
+    False: it processes the causal prefix when asked, and latency covers that processing.
+    ``persistent`` (whether later sessions read its exported state) is the subclass's to declare."""
 
     def __init__(self, name: str | None = None):
         if name:

@@ -32,6 +32,7 @@ from apm.data.model import Session
 from apm.memory.base import Note
 from apm.memory.text import bm25_scores, instance_query
 from apm.records.atomic import write_atomically
+from apm.records.declaration import Declaration
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
 from apm.video.select import uniform_indices
 
@@ -77,6 +78,7 @@ class EventMemory(StreamingSystem):
     """Event-structured memory: events cut on pixels, described by the writer, retrieved with BM25."""
 
     name = "Event Memory"
+    declaration = Declaration("specialised", streaming=True, persistent=True, tag="reference system")
 
     def __init__(self, cut: float = 4.0, min_event_s: int = 4, max_event_s: int = 60, margin: float = 0.1,
                  describe_frames: int = 4, max_tokens: int = 48, top_k: int = 3, recent_frames: int = 4,

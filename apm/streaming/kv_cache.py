@@ -34,6 +34,7 @@ from apm.data.instances import Turn
 from apm.data.model import Session
 from apm.memory.text import instance_query
 from apm.records.atomic import write_atomically
+from apm.records.declaration import Declaration
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
 
 VIDEO_SEGMENT = "<|vision_start|><|video_pad|><|vision_end|>"
@@ -146,6 +147,7 @@ class KVCacheMemory(StreamingSystem):
     """KV-cache memory: chunk caches kept per session, the top-k most similar to the question attended."""
 
     name = "KV-Cache Memory"
+    declaration = Declaration("specialised", streaming=True, persistent=True, tag="reference system")
 
     def __init__(self, chunk_frames: int = 4, top_k: int = 4, store_dtype: str = "float16", name: str | None = None):
         super().__init__(name)

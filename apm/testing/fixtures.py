@@ -18,15 +18,27 @@ import numpy as np
 import orjson
 
 from apm.data.tasks import ADAPTIVE, CROSS_SESSION, EA, FAMILY_OF, MCQA_OPTIONS, PERCEPTION
+from apm.records.declaration import Declaration
 from apm.records.judging import signed
 
 Line = dict[str, Any]
 
 
-def run_info(memory: str = "raw_video", backbone: str = "Qwen3-VL-8B-Instruct", dataset: str = "apm") -> Line:
-    """The ``run`` block; the config hash is derived from the three names."""
+GENERAL_METHOD = {"memory": Declaration("general", streaming=False, persistent=True),
+                  "backbone": Declaration("general")}
+"""What a general protocol on a general video model declares (the default of :func:`run_info`)."""
+
+
+def run_info(
+    memory: str = "raw_video", backbone: str = "Qwen3-VL-8B-Instruct", dataset: str = "apm",
+    declarations: dict[str, Declaration | None] | None = None,
+) -> Line:
+    """The ``run`` block; the config hash is derived from the three names; ``declarations`` (default
+    :data:`GENERAL_METHOD`) are what the memory and backbone classes declare."""
     digest = hashlib.sha256(f"{dataset}/{memory}/{backbone}".encode()).hexdigest()[:12]
-    return {"dataset": dataset, "memory": memory, "backbone": backbone, "config_hash": digest}
+    declared = GENERAL_METHOD if declarations is None else declarations
+    return {"dataset": dataset, "memory": memory, "backbone": backbone, "config_hash": digest,
+            "declarations": {part: d.as_record() if d else None for part, d in declared.items()}}
 
 
 def latency(ttft_s: float | None = 1.0, total_s: float | None = 2.0, rtf: float | None = 0.01) -> Line:

@@ -28,7 +28,7 @@ from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
 from apm.reduce import RunSet, load_runs, score_table
 from apm.reduce.coverage import PARTIAL, coverage_by_method
-from apm.reduce.names import method_label, method_rank, reference_tag
+from apm.reduce.names import row_label, row_rank
 from apm.reduce.scores import judge_names, method_info
 from apm.video.cache import VideoDecodeError
 from apm.view.thumbs import Thumbnails
@@ -182,16 +182,14 @@ def methods(runs: RunSet, dirs: Sequence[RunDir]) -> list[dict[str, Any]]:
     out = [
         {
             "id": h,
-            "label": method_label(r.memory, r.backbone, r.memory_variant, r.backbone_variant,
-                                  reference_tag(r.memory_config, r.backbone_config))
-            + (f" ({PARTIAL})" if covered[h].note else ""),
+            "label": row_label(r) + (f" ({PARTIAL})" if covered[h].note else ""),
             "dataset": r.dataset, "memory": r.memory, "backbone": r.backbone, "config_hash": h,
             "judge": judges.get(h, ""), "run_dirs": folders[h], "scores": scores.get(h, {}),
             "coverage": {"n_planned": covered[h].planned, "on_record": covered[h].on_record, "gap": covered[h].note},
         }
         for h, r in info.iterrows()
     ]
-    rank = {h: method_rank(r.memory_config, r.backbone_config) for h, r in info.iterrows()}
+    rank = {h: row_rank(r) for h, r in info.iterrows()}
     return sorted(out, key=lambda m: (rank[m["id"]], m["label"], m["id"]))
 
 

@@ -1,0 +1,87 @@
+"""What a method is, as its classes declare it: the family a memory protocol, streaming system or
+backbone belongs to, whether it takes streaming input and keeps persistent state, and the tag the
+tables print after a reference. Records carry the declarations (``run.declarations``) and reduce
+groups, tags and orders by them (docs/scores.md, "Groups and labels")."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, cast, get_args
+
+Family = Literal["baseline", "general", "specialised", "reference"]
+"""``baseline``: a no-memory protocol (SimpleStream) or a model-free backbone (Random…);
+``general``: a protocol for general video models, or such a model; ``specialised``: a streaming
+memory system; ``reference``: a control that is no method (an oracle, the pixel perceiver)."""
+FAMILIES: tuple[Family, ...] = get_args(Family)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A class's declaration: its family, Table 3's Streaming and Persistent (``None``: not its to
+    say, as for a backbone), and the tag a table prints after its rows ('' for none)."""
+
+    family: Family
+    streaming: bool | None = None
+    persistent: bool | None = None
+    tag: str = ""
+    ceiling: bool = False
+    """A reference backbone whose score under a protocol is that protocol's information ceiling (the
+    figures draw it dotted beside the protocol's methods); its tag names any task where it is not."""
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"family {self.family!r}: expected one of {', '.join(FAMILIES)}")
+
+    def as_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def declared(obj: object) -> Declaration | None:
+    """The declaration of ``obj``'s class (its ``declaration`` attribute), else None (undeclared)."""
+    found = getattr(obj, "declaration", None)
+    return found if isinstance(found, Declaration) else None
+
+
+def from_record(block: Any) -> Declaration | None:
+    """A declaration as a record holds it, else None (absent, from before declarations, or malformed)."""
+    if not isinstance(block, dict) or block.get("family") not in FAMILIES:
+        return None
+    flags = {k: block.get(k) if isinstance(block.get(k), bool) else None for k in ("streaming", "persistent")}
+    tag = block.get("tag")
+    return Declaration(cast(Family, block["family"]), **flags, tag=tag if isinstance(tag, str) else "",
+                       ceiling=block.get("ceiling") is True)
+
+
+@dataclass(frozen=True)
+class MethodKind:
+    """Where a method (memory × backbone) stands in the tables: its family, its tag, and whether it
+    is an information ceiling (its backbone declares one)."""
+
+    family: Family | Literal[""]
+    """``''`` when its memory is undeclared (and its backbone is no reference)."""
+    tag: str
+    ceiling: bool = False
+
+
+def method_kind(memory: Declaration | None, backbone: Declaration | None) -> MethodKind:
+    """A baseline or reference backbone makes the method a reference, tagged as the backbone says
+    (or by its family); otherwise the method is what its memory declares (a reference memory, the
+    oracle evidence, tagged likewise)."""
+    if backbone is not None and backbone.family in ("baseline", "reference"):
+        return MethodKind("reference", backbone.tag or backbone.family, backbone.ceiling)
+    if memory is None:
+        return MethodKind("", "")
+    if memory.family == "reference":
+        return MethodKind("reference", memory.tag or memory.family)
+    return MethodKind(memory.family, memory.tag)
+
+
+def run_declarations(memory: object, backbone: object, writer: object | None) -> dict[str, Any]:
+    """The run block's ``declarations`` (each part's, ``None`` when undeclared; a writer only when the
+    config names one) and ``capabilities`` (what the memory declares for Table 3)."""
+    parts = {"memory": memory, "backbone": backbone} | ({"writer": writer} if writer is not None else {})
+    found = {part: declared(obj) for part, obj in parts.items()}
+    mine = found["memory"]
+    capabilities = {name: getattr(mine, name) if mine else None for name in ("streaming", "persistent")}
+    return {"declarations": {part: d.as_record() if d else None for part, d in found.items()},
+            "capabilities": capabilities}
