@@ -33,6 +33,7 @@ from apm.publish.instances import checkpoint, probe_point
 from apm.publish.thumbnails import GAP, HEIGHT, MAX_THUMBNAILS, spread
 from apm.publish.wandb_runs import parts, run_id
 from apm.records.atomic import MARKER, OUTPUT_LOCK
+from apm.records.jsonl import latest_records
 from apm.records.lock import WriterLock
 from apm.reduce.cli import main as reduce_main
 from apm.synth import generate
@@ -262,8 +263,10 @@ def test_republishing_replaces_and_follows_the_records(sweep, tmp_path):
     ids = sorted(map(wandb_id, before))
     assert sorted(p.folder for p in first) == before and len(set(ids)) == 3
     recs = records(run_dir)
-    changed = next(r for r in recs if r["task"] == "ER" and r["correct"] is False)
-    rerun = {**changed, "answer": changed["correct_option"], "correct": True, "written_ns": time.time_ns()}
+    newest = latest_records(run_dir / "records")  # a key may have two lines (latency.sample re-times probes)
+    changed = next(r for r in newest.values() if r["task"] == "ER" and r["correct"] is False)
+    rerun = {**changed, "answer": changed["correct_option"], "correct": True, "written_ns": time.time_ns(),
+             "revision": changed["revision"] + 1}  # as a rerun writes it: the key's next attempt
     (run_dir / "records" / "shard-0-of-1-rerun.jsonl").write_text(json.dumps(rerun) + "\n")
 
     time.sleep(1.1)  # a new second: W&B names the fresh folders apart from the old ones
@@ -336,8 +339,9 @@ def test_a_killed_and_resumed_shard_loses_no_row(release, tmp_path, wandb_env):
 
 def _publish_proc(run_dir: Path) -> subprocess.Popen:
     """``apm-publish RUN_DIR`` as a user starts it, in its own process group (a kill takes its W&B service)."""
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # not this test process's W&B service
     return subprocess.Popen([sys.executable, "-m", "apm.publish.cli", str(run_dir), "--bootstrap", "0", "--mode",
-                             "offline"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "offline"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
 
