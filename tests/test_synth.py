@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import av
@@ -12,13 +13,14 @@ import numpy as np
 import pytest
 
 from apm.data import clock
-from apm.data.instances import candidate_instances
+from apm.data.instances import candidate_instances, release_instances
 from apm.data.model import Candidate, Session, Trajectory
-from apm.data.tasks import ADAPTIVE, MCQA_TASKS, TASKS
+from apm.data.release import load_release
+from apm.data.tasks import ADAPTIVE, CROSS_SESSION, EA, MCQA_TASKS, TASKS
 from apm.records.atomic import OutputRefused
 from apm.synth import generate, read_scene, read_sign, state_at
 from apm.synth import writer as synth_writer
-from apm.synth.world import ACTIONS, WORDS, ZONE_PLACES, ZONE_RELATIVE, ZONES
+from apm.synth.world import ACTIONS, SCALES, WORDS, ZONE_PLACES, ZONE_RELATIVE, ZONES
 
 SEED = 7
 MOMENT = ("day_id", "session_id", "start_time", "end_time", "evidence_content")
@@ -451,7 +453,7 @@ def test_scene_reads_back_after_resizing() -> None:
     from PIL import Image
 
     from apm.synth.render import render_state
-    from apm.synth.world import SCALES, State
+    from apm.synth.world import State
 
     objects = {"red mug": "red", "blue box": "blue", "cyan jar": "cyan"}
     for i, (action, zones) in enumerate(zip(ACTIONS, [("red mug", None, "blue box"), (None, "cyan jar", None)] * 4)):
@@ -466,3 +468,22 @@ def test_scene_reads_back_after_resizing() -> None:
             assert scene["zones"] == {z: objects[o] if o else None for z, o in zip(ZONES, zones)}
             words = sorted({*WORDS[::10], *([state.sign] if state.sign else [])})  # distractors + the word
             assert read_sign(small, words) == state.sign
+
+
+def test_paper_scale_has_the_papers_populations(tmp_path: Path) -> None:
+    """Seed 0's paper scale mines the paper's populations exactly (videos not written): 104 trajectories,
+    549 sessions, 2,719 candidates (1,603 MCQA + 1,116 adaptive), 5,371 probes of the 12 tasks (3,768 adaptive)
+    and 130 + 130 EA questions, and the release validates."""
+    scale = SCALES["paper"]
+    mined = list(synth_writer.mined_release(0, scale, scale.trajectories))
+    synth_writer.write_manifests(tmp_path, 0, scale, mined)
+    release = load_release(tmp_path, check_videos=False)
+    assert len(release.trajectories) == 104 and sum(len(t.sessions) for t in release.trajectories) == 549
+    candidates = Counter(c.task for c in release.candidates)
+    assert candidates == {**{t: 229 for t in MCQA_TASKS}, "ERA": 210, "RCR": 210, "MPA": 232, "PRM": 232, "TPG": 232}
+    assert sum(candidates[t] for t in MCQA_TASKS) == 1603 and sum(candidates[t] for t in ADAPTIVE) == 1116
+    probes = Counter(i.task for i in release_instances(release))
+    assert sum(probes[t] for t in ADAPTIVE) == 3768 and sum(probes[t] for t in TASKS) == 5371 and probes[EA] == 260
+    assert Counter(c.fields["evidence_available"] for c in release.ea_candidates) == {True: 130, False: 130}
+    originals = {c.fields["original_candidate_id"] for c in release.ea_candidates}
+    assert originals <= {c.candidate_id for c in release.candidates if c.task in CROSS_SESSION}

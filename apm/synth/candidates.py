@@ -13,10 +13,13 @@ import itertools
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterator
+from functools import partial
+from typing import Callable, Hashable, Iterator, Mapping
 
 from apm.data import clock
-from apm.data.tasks import EA_UNAVAILABLE_OPTION, MCQA_OPTIONS, TASKS
+from apm.data.instances import probe_points
+from apm.data.model import Candidate
+from apm.data.tasks import CROSS_SESSION, EA_UNAVAILABLE_OPTION, MCQA_OPTIONS, TASKS
 from apm.synth.world import (
     ACTIONS,
     PACKING,
@@ -25,6 +28,7 @@ from apm.synth.world import (
     ZONE_PLACES,
     ZONE_RELATIVE,
     ZONES,
+    Scale,
     SessionWorld,
     State,
     TrajectoryWorld,
@@ -288,13 +292,14 @@ def _arrivals(tw: TrajectoryWorld, s: SessionWorld, earliest: int) -> Iterator[t
                 yield obj, zone, c
 
 
-def _rcr(tw: TrajectoryWorld, rng: random.Random) -> Iterator[Mined]:
-    """A reminder registered in a session fires when an object reaches a zone later in it."""
+def _rcr(tw: TrajectoryWorld, rng: random.Random, negatives: int = 2) -> Iterator[Mined]:
+    """A reminder registered in a session fires when an object reaches a zone later in it, with
+    ``negatives`` silent heartbeats (at most 3: registration is at least 4 s before the arrival)."""
     for s in tw.sessions:
         for obj, zone, c in _arrivals(tw, s, 6):
             r = rng.randint(1, c - 4)
             purpose, place = rng.choice(PURPOSES), ZONE_PLACES[zone]
-            negatives = sorted(rng.sample(range(r + 1, c), 2))
+            silent = sorted(rng.sample(range(r + 1, c), negatives))
             fields = {
                 "registration_event": _at(
                     s,
@@ -309,7 +314,7 @@ def _rcr(tw: TrajectoryWorld, rng: random.Random) -> Iterator[Mined]:
                     reason=f"The {obj} has just been put on {place}, the condition registered earlier in this session.",
                 ),
                 "negative_heartbeats": [
-                    _at(s, i, silence_reason=f"The {obj} is not on {place} yet.") for i in negatives
+                    _at(s, i, silence_reason=f"The {obj} is not on {place} yet.") for i in silent
                 ],
                 "ideal_response_window": _window(s, c, c + 2),
             }
@@ -451,15 +456,40 @@ def _tpg(tw: TrajectoryWorld, rng: random.Random) -> Iterator[Mined]:
             yield Mined("TPG", fields, {"action": PACKING, "counts": counts})
 
 
-MINERS: tuple[Callable[[TrajectoryWorld, random.Random], Iterator[Mined]], ...] = (
-    _perception,
-    _cross_session,
-    _era,
-    _rcr,
-    _prm,
-    _mpa,
-    _tpg,
-)
+Miner = Callable[[TrajectoryWorld, random.Random], Iterator[Mined]]
+
+
+@dataclass(frozen=True)
+class Quota:
+    """What one trajectory's candidates must be: how many per task (at most, or exactly), EA twins, probes."""
+
+    per_task: Mapping[str, int]
+    exact: bool = False
+    """True: exactly ``per_task`` of every task (and ``ea``) or the world is rejected; False: at least one."""
+    ea: tuple[int, int] | None = None
+    """EA twins to make, exactly (evidence available, unavailable); None: one per ER/EST/TR candidate."""
+    probes: Mapping[str, int] = field(default_factory=dict)
+    """Probes every candidate of these adaptive tasks must have."""
+
+    def miners(self) -> tuple[Miner, ...]:
+        """The miners, RCR's negative heartbeats sized to its probe count (2 by default)."""
+        rcr = partial(_rcr, negatives=self.probes.get("RCR", 3) - 1)
+        return (_perception, _cross_session, _era, rcr, _prm, _mpa, _tpg)
+
+
+def quota(scale: Scale, index: int) -> Quota:
+    """Trajectory ``index``'s quota: ``per_task`` of each task, or its exact share of the scale's plan."""
+    plan = scale.plan
+    if plan is None:
+        return Quota({task: scale.per_task for task in TASKS})
+    per_task = {task: plan.share(n, index, 13 * k) for k, (task, n) in enumerate(plan.candidates.items())}
+    ea = (plan.share(plan.ea[0], index, 0), plan.share(plan.ea[1], index, len(plan.sessions) // 2))
+    return Quota(per_task, True, ea, plan.probes)
+
+
+def _probes(c: Mined) -> int:
+    """How many runtime instances (probes) the candidate expands to."""
+    return len(list(probe_points(Candidate(c.task, "", "", c.fields))))
 
 
 def _distinct(mined: list[Mined]) -> list[Mined]:
@@ -476,23 +506,47 @@ def _distinct(mined: list[Mined]) -> list[Mined]:
     return out
 
 
-def _select(mined: list[Mined], per_task: int, rng: random.Random) -> list[Mined]:
-    """Up to ``per_task`` distinct candidates per task, with both EA splits of a cross-session task if it has them."""
+def _select(mined: list[Mined], quota: Quota, rng: random.Random) -> list[Mined]:
+    """Up to the quota of distinct candidates per task (of the quota's probe count), with both EA splits
+    of a cross-session task if it has them."""
     out = []
     for task in TASKS:
         pool = _distinct([c for c in mined if c.task == task])
+        if task in quota.probes:
+            pool = [c for c in pool if _probes(c) == quota.probes[task]]
         firsts = (
             [
                 next(c for c in pool if c.evidence_available is v)
                 for v in (True, False)
                 if any(c.evidence_available is v for c in pool)
             ]
-            if task in ("ER", "EST", "TR")
+            if task in CROSS_SESSION
             else []
         )
         rest = [c for c in pool if all(c is not f for f in firsts)]
-        out += (firsts + rng.sample(rest, len(rest)))[:per_task]
+        out += (firsts + rng.sample(rest, len(rest)))[: quota.per_task[task]]
     return out
+
+
+def _twinned(mined: list[Mined], ea: tuple[int, int] | None) -> list[Mined]:
+    """The cross-session candidates that get an EA twin: all, or the first ``ea`` of each split, taking
+    each task's first before any task's second (so the splits spread over ER, EST and TR)."""
+    pool = [c for c in mined if c.evidence_available is not None]
+    if ea is None:
+        return pool
+    rank = {id(c): [d for d in pool if d.task == c.task].index(c) for c in pool}
+    ordered = sorted(pool, key=lambda c: rank[id(c)])
+    chosen = {id(c) for v, n in zip((True, False), ea) for c in [d for d in ordered if d.evidence_available is v][:n]}
+    return [c for c in pool if id(c) in chosen]
+
+
+def _meets(mined: list[Mined], twins: list[Mined], quota: Quota) -> bool:
+    """Whether the selection has every task and both EA splits (exactly the quota's, when exact)."""
+    if not quota.exact:
+        return {c.task for c in mined} == set(TASKS) and {c.evidence_available for c in mined} == {True, False, None}
+    counts = {task: sum(c.task == task for c in mined) for task in TASKS}
+    split = tuple(sum(c.evidence_available is v for c in twins) for v in (True, False))
+    return counts == dict(quota.per_task) and split == quota.ea
 
 
 def _ea(candidate: dict, available: bool) -> dict:
@@ -506,10 +560,11 @@ def _ea(candidate: dict, available: bool) -> dict:
     return out
 
 
-def mine(tw: TrajectoryWorld, per_task: int, rng: random.Random) -> MinedTrajectory | None:
-    """The trajectory's candidates, EA candidates and proofs; None when a task or an EA split is missing."""
-    mined = _select([c for miner in MINERS for c in miner(tw, rng)], per_task, rng)
-    if {c.task for c in mined} != set(TASKS) or {c.evidence_available for c in mined} != {True, False, None}:
+def mine(tw: TrajectoryWorld, quota: Quota, rng: random.Random) -> MinedTrajectory | None:
+    """The trajectory's candidates, EA candidates and proofs; None when the selection misses the quota."""
+    mined = _select([c for miner in quota.miners() for c in miner(tw, rng)], quota, rng)
+    twins = _twinned(mined, quota.ea)
+    if not _meets(mined, twins, quota):
         return None
     out = MinedTrajectory()
     counters: dict[str, int] = {}
@@ -519,6 +574,6 @@ def mine(tw: TrajectoryWorld, per_task: int, rng: random.Random) -> MinedTraject
         record = {"task_type": c.task, "trajectory_id": tw.trajectory_id, "candidate_id": cid, **c.fields}
         out.candidates.append(record)
         out.proofs[cid] = c.proof
-        if c.evidence_available is not None:
+        if c.evidence_available is not None and any(c is t for t in twins):
             out.ea_candidates.append(_ea(record, c.evidence_available))
     return out

@@ -9,7 +9,8 @@ wearer's current action. All of it changes at scripted seconds and carries over 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from apm.data import clock
 
@@ -63,13 +64,50 @@ class Scale:
     height: int
     fps: int
     per_task: int
-    """At most this many candidates per task per trajectory."""
+    """At most this many candidates per task per trajectory (without a ``plan``)."""
+    plan: Plan | None = None
+    """Exact populations the release must have; None: whatever the miners find, up to ``per_task``."""
+
+    def session_count(self, index: int, rng: random.Random) -> int:
+        """How many sessions trajectory ``index`` has: the plan's, or drawn from ``sessions``."""
+        return self.plan.sessions[index] if self.plan else rng.choice(self.sessions)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A release's exact populations: sessions per trajectory, candidates per task, EA splits, probes."""
+
+    sessions: tuple[int, ...]
+    """Session count of each trajectory (one per trajectory)."""
+    candidates: Mapping[str, int]
+    """Candidates of each task over the release."""
+    ea: tuple[int, int]
+    """EA questions over the release: (evidence available, unavailable)."""
+    probes: Mapping[str, int] = field(default_factory=dict)
+    """Probes (runtime instances) every candidate of an adaptive task has."""
+
+    def share(self, total: int, index: int, offset: int) -> int:
+        """Trajectory ``index``'s part of ``total``: an even split, the remainder spread from ``offset``."""
+        n = len(self.sessions)
+        return total // n + ((index - offset) % n < total % n)
+
+
+def _paper_plan() -> Plan:
+    """The paper's populations (Section 3): 104 trajectories, 549 sessions, 2,719 candidates
+    (1,603 MCQA + 1,116 adaptive with 3,768 probes: 5,371 probes of the 12 tasks), 130 + 130 EA."""
+    cycle = (4, 4, 5, 5, 6, 6, 7)
+    sessions = [cycle[i % len(cycle)] for i in range(104)]
+    sessions[-1] += 1  # the cycle gives 548
+    mcqa = {t: 229 for t in ("ER", "EST", "TR", "ACR", "CT", "OCR", "STU")}
+    adaptive = {"ERA": 210, "RCR": 210, "MPA": 232, "PRM": 232, "TPG": 232}
+    probes = {"ERA": 4, "RCR": 4, "MPA": 3, "PRM": 3, "TPG": 3}
+    return Plan(tuple(sessions), {**mcqa, **adaptive}, (130, 130), probes)
 
 
 SCALES: dict[str, Scale] = {
     "tiny": Scale("tiny", 3, (4,), (40, 48), 160, 120, 5, 2),
     "small": Scale("small", 3, (4,), (30, 40), 320, 240, 10, 3),
-    "paper": Scale("paper", 104, (4, 4, 5, 5, 6, 6, 7), (660, 900), 640, 360, 30, 3),
+    "paper": Scale("paper", 104, (4, 4, 5, 5, 6, 6, 7), (660, 900), 640, 360, 30, 3, _paper_plan()),
 }
 
 
@@ -227,14 +265,14 @@ def _session_starts(rng: random.Random, durations: list[int]) -> list[int]:
     return starts
 
 
-def make_trajectory(trajectory_id: str, scale: Scale, rng: random.Random) -> TrajectoryWorld:
-    """Script one trajectory's world from ``rng``."""
+def make_trajectory(trajectory_id: str, scale: Scale, rng: random.Random, index: int = 0) -> TrajectoryWorld:
+    """Script the world of trajectory ``index`` of ``scale`` from ``rng``."""
     colours = rng.sample(list(OBJECT_COLOURS), 3)
     kinds = rng.sample(OBJECT_KINDS, 3)
     objects = {f"{c} {k}": c for c, k in zip(colours, kinds)}
     names = list(objects)
     words = rng.sample(WORDS, len(WORDS))
-    n_sessions = rng.choice(scale.sessions)
+    n_sessions = scale.session_count(index, rng)
     durations = [rng.randint(*scale.duration) for _ in range(n_sessions)]
     zones: list[str | None] = [None, None, None]
     for i, obj in zip(rng.sample(range(3), 2), names):

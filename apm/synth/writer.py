@@ -12,10 +12,11 @@ import json
 import logging
 import random
 from pathlib import Path
+from typing import Iterator
 
 from apm.data import clock
 from apm.records.atomic import replaced_output
-from apm.synth.candidates import MinedTrajectory, mine
+from apm.synth.candidates import MinedTrajectory, mine, quota
 from apm.synth.render import add_motion, render_state
 from apm.synth.world import (
     ACTIONS,
@@ -36,12 +37,12 @@ MAX_ATTEMPTS = 200
 
 
 def _trajectory(seed: int, index: int, scale: Scale) -> tuple[TrajectoryWorld, MinedTrajectory]:
-    """The first world (for this seed and index) whose annotations cover every task and EA split."""
+    """The first world (for this seed and index) whose annotations meet its quota (every task and EA split)."""
     tid = f"syn{index + 1:03d}"
     for attempt in range(MAX_ATTEMPTS):
         rng = random.Random(f"apm-synth:{seed}:{index}:{attempt}")
-        world = make_trajectory(tid, scale, rng)
-        mined = mine(world, scale.per_task, rng)
+        world = make_trajectory(tid, scale, rng, index)
+        mined = mine(world, quota(scale, index), rng)
         if mined is not None:
             return world, mined
     raise RuntimeError(f"no world for trajectory {tid} covers every task after {MAX_ATTEMPTS} attempts")
@@ -81,26 +82,37 @@ def _jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
 
-def _write_release(root: Path, seed: int, scale: Scale, n_trajectories: int) -> None:
-    """Write every file of the release under ``root``, one trajectory (and video) at a time."""
-    trajectories, candidates, ea_candidates, worlds, proofs = [], [], [], [], {}
+def mined_release(seed: int, scale: Scale, n_trajectories: int) -> Iterator[tuple[TrajectoryWorld, MinedTrajectory]]:
+    """The worlds and annotations of the release's first ``n_trajectories`` trajectories, in order."""
     for index in range(n_trajectories):
-        world, mined = _trajectory(seed, index, scale)
-        for session in world.sessions:
-            log.info("synth: %s %s/%s", world.trajectory_id, session.day_id, session.session_id)
-            write_session_video(root / "videos" / world.trajectory_id / session.video_name(), world, session, scale)
-        trajectories.append(_trajectory_json(world, index))
-        candidates += mined.candidates
-        ea_candidates += mined.ea_candidates
-        proofs.update(mined.proofs)
-        worlds.append({"trajectory_id": world.trajectory_id, "objects": world.objects,
-                       "sessions": [session_json(s) for s in world.sessions]})
+        yield _trajectory(seed, index, scale)
+
+
+def write_manifests(root: Path, seed: int, scale: Scale, mined: list[tuple[TrajectoryWorld, MinedTrajectory]]) -> None:
+    """Write the release's JSON files (trajectories, candidates, EA candidates, world script) under ``root``."""
+    candidates = [c for _, m in mined for c in m.candidates]
+    ea_candidates = [c for _, m in mined for c in m.ea_candidates]
+    proofs = {cid: p for _, m in mined for cid, p in m.proofs.items()}
+    trajectories = [_trajectory_json(world, index) for index, (world, _) in enumerate(mined)]
+    worlds = [{"trajectory_id": world.trajectory_id, "objects": world.objects,
+               "sessions": [session_json(s) for s in world.sessions]} for world, _ in mined]
     (root / "trajectories.json").write_text(json.dumps(trajectories, indent=2) + "\n", encoding="utf-8")
     _jsonl(root / "candidates.jsonl", candidates)
     _jsonl(root / "ea_candidates.jsonl", ea_candidates)
     world_json = {"seed": seed, "scale": scale.name, "width": scale.width, "height": scale.height, "fps": scale.fps,
                   "object_colours": OBJECT_COLOURS, "action_colours": ACTIONS, "trajectories": worlds, "proofs": proofs}
     (root / "synth_world.json").write_text(json.dumps(world_json) + "\n", encoding="utf-8")
+
+
+def _write_release(root: Path, seed: int, scale: Scale, n_trajectories: int) -> None:
+    """Write every file of the release under ``root``: each trajectory's videos as it is mined, then the JSON."""
+    mined = []
+    for world, found in mined_release(seed, scale, n_trajectories):
+        for session in world.sessions:
+            log.info("synth: %s %s/%s", world.trajectory_id, session.day_id, session.session_id)
+            write_session_video(root / "videos" / world.trajectory_id / session.video_name(), world, session, scale)
+        mined.append((world, found))
+    write_manifests(root, seed, scale, mined)
 
 
 def generate(out: Path, seed: int, scale: str, limit_trajectories: int | None = None) -> Path:
