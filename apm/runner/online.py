@@ -304,6 +304,19 @@ def holding_shard(setup: RunSetup) -> Iterator[None]:
         count.release()
 
 
+_PRISTINE: dict[int, tuple[StreamingSystem, StreamingSystem]] = {}
+"""Each streaming system's copy as configured, taken the first time a run uses it (keyed by identity, the
+system kept beside its copy): a later run of the same system in this process (``latency.sample``'s
+isolated pass) reuses it, since by then the system has observed sessions and holds its started backbone."""
+
+
+def pristine(system: StreamingSystem) -> StreamingSystem:
+    """``system`` as it was before its first run observed anything."""
+    if id(system) not in _PRISTINE:
+        _PRISTINE[id(system)] = (system, copy.deepcopy(system))
+    return _PRISTINE[id(system)][1]
+
+
 class OnlineRun:
     """One run of the online protocol; ``await OnlineRun(setup).run(trajectories, instances)``."""
 
@@ -315,7 +328,7 @@ class OnlineRun:
         self._sem = asyncio.Semaphore(setup.concurrency)
         self._in_flight = 0
         self._fail_fast = FailFast(setup.fail_fast, getattr(setup.backbone, "advice", None))
-        self._pristine = copy.deepcopy(setup.protocol) if isinstance(setup.protocol, StreamingSystem) else None
+        self._pristine = pristine(setup.protocol) if isinstance(setup.protocol, StreamingSystem) else None
 
     def fresh_system(self) -> StreamingSystem:
         """A copy of the run's streaming system as configured, before it observed anything: what a
