@@ -7,6 +7,7 @@ from typing import Any
 from apm.backbones.base import (
     Backbone,
     BackboneLike,
+    Bare,
     FramePart,
     GenerationSettings,
     Message,
@@ -14,11 +15,13 @@ from apm.backbones.base import (
     Response,
     TextPart,
     Truncation,
+    as_backbone,
 )
 
 __all__ = [
     "Backbone",
     "BackboneLike",
+    "Bare",
     "FramePart",
     "GenerationSettings",
     "Message",
@@ -26,15 +29,17 @@ __all__ = [
     "Response",
     "TextPart",
     "Truncation",
+    "as_backbone",
     "instantiate_backbone",
 ]
 
 
-def instantiate_backbone(cfg: Any, **overrides: Any) -> BackboneLike:
-    """Build the backbone a config's ``_target_`` names and check it honours the contract."""
+def instantiate_backbone(cfg: Any, **overrides: Any) -> Backbone:
+    """Build the backbone a config's ``_target_`` names, check it has the required members, and give it
+    the whole contract (:func:`~apm.backbones.base.as_backbone`)."""
     from hydra.utils import instantiate
 
     backbone = instantiate(cfg, **overrides)
     if not isinstance(backbone, BackboneLike):
         raise TypeError(f"{type(backbone).__name__} is not a backbone (needs name/start/close/generate)")
-    return backbone
+    return as_backbone(backbone)

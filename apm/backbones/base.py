@@ -1,9 +1,12 @@
 """The backbone contract: one request/response shape for every model engine (DESIGN.md, "Backbones").
 
 A backbone is any object with a ``name``, ``async start()``, ``async close()`` and
-``async generate(request) -> Response``; subclass :class:`Backbone` to get the async context
-manager and :meth:`Backbone.generate_sync` for free. Failures a run should record and go past are
-returned in :attr:`Response.error`, never raised.
+``async generate(request) -> Response`` (:class:`BackboneLike`). :class:`Backbone` declares every
+optional capability the runner and the judge use, each with a default that means "not offered";
+subclass it to offer one, and get the async context manager and :meth:`Backbone.generate_sync` too.
+A backbone that only has the required members is taken as it is through :func:`as_backbone`, with
+every capability at its default. Failures a run should record and go past are returned in
+:attr:`Response.error`, never raised.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from itertools import groupby
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from apm.data.frames import Frame
 from apm.data.instances import Instance
-from apm.records.declaration import Declaration
+from apm.records.declaration import Declaration, declared
 
 Role = Literal["system", "user", "assistant"]
 
@@ -230,7 +233,7 @@ class Response:
 
 @runtime_checkable
 class BackboneLike(Protocol):
-    """The structural contract: what the runner relies on, whatever the class derives from."""
+    """The required members: what every backbone has, whatever the class derives from."""
 
     name: str
 
@@ -241,27 +244,46 @@ class BackboneLike(Protocol):
     async def generate(self, request: Request) -> Response: ...
 
 
-async def ask(backbone: BackboneLike, request: Request, instance: Instance) -> Response:
+class Guard(Protocol):
+    """What the runner asks of a backbone's context guard (:class:`apm.backbones.guard.ContextGuard`):
+    the frames to choose for a request's text, what that choice left out, and the cut it makes at send time."""
+
+    def selection_budget(self, request: Request) -> int | None: ...
+
+    def budget_truncation(self, chosen: Request, fitted: Request) -> Truncation: ...
+
+    def apply(self, request: Request) -> tuple[Request, Truncation | None]: ...
+
+
+async def ask(backbone: Backbone, request: Request, instance: Instance) -> Response:
     """Send ``request`` about ``instance``: the ground truth goes only to a backbone that declares
     ``answers_from_annotations`` (a reference baseline); every other backbone gets the request alone."""
-    if getattr(backbone, "answers_from_annotations", False):
-        return await backbone.answer_instance(request, instance)  # type: ignore[attr-defined]
+    if backbone.answers_from_annotations:
+        return await backbone.answer_instance(request, instance)
     return await backbone.generate(request)
 
 
 class Backbone(abc.ABC):
-    """Base class for backbones: async context manager plus a synchronous convenience call."""
+    """The whole contract: the required members plus every optional capability, each defaulting to
+    "not offered" (docs/backbones.md, "The contract"); the runner and the judge read them directly."""
 
     name: str = "backbone"
-    declaration: ClassVar[Declaration | None] = None
+    declaration: Declaration | None = None
     """What the backbone is (docs/backbones.md, "Declaring a backbone"): a ``baseline`` or ``reference``
     makes every method on it a reference row, tagged; undeclared (or ``general``), the method is what
     its memory declares."""
     max_frames: int | None = None
     """At most this many frames per request (the runner samples uniformly up to it); None: no cap."""
+    guard: Guard | None = None
+    """The context guard the runner chooses frames for and cuts requests with; None: nothing is cut."""
+    api_key_env: str | None = None
+    """The environment variable holding the engine's key (registered for redaction); None: no key."""
     answers_from_annotations: bool = False
     """A reference method (oracle, seeded random…) that answers from the instance itself: :func:`ask`
     hands it the instance through :meth:`answer_instance`. A model never is."""
+    checks_requests: bool = False
+    """Whether :meth:`check_request` sends the shard's largest request to an engine before the run (a
+    served engine: its limits are checked, and that request is the latency warm-up)."""
     _runner: asyncio.Runner | None = None
 
     async def start(self) -> None:
@@ -277,6 +299,38 @@ class Backbone(abc.ABC):
     async def answer_instance(self, request: Request, instance: Instance) -> Response:
         """A reference method's answer, given the instance (only when ``answers_from_annotations``)."""
         raise NotImplementedError(f"{self.name} does not answer from annotations")
+
+    async def preflight(self, where: str = "backbone") -> None:
+        """Before a run: check the engine answers (``where``: the config key holding it), raising an error
+        whose message is one line saying what to change; default: nothing to check."""
+
+    async def check_request(self, request: Request, where: str = "backbone") -> None:
+        """Send the run's largest ``request`` with ``max_tokens=1``, raising a one-line error naming the
+        engine limit it breaks (only when ``checks_requests``)."""
+        raise NotImplementedError(f"{self.name} does not check requests")
+
+    def advice(self, response: Response, where: str = "backbone", request: Request | None = None) -> str:
+        """A failed ``response`` as one line naming the setting to change; default: its error."""
+        return response.error or ""
+
+    def log_into(self, folder: str) -> None:
+        """Where an engine that writes logs of its own (a launched server) puts them when its config
+        names no place; default: it writes none."""
+
+    @property
+    def prefix_caching(self) -> bool | None:
+        """Whether the engine caches prompt prefixes (recorded with each latency); None: not known."""
+        return None
+
+    @property
+    def model_id(self) -> str | None:
+        """The configured model the engine serves (a judgement's identity); None: no model."""
+        return None
+
+    @property
+    def implementation(self) -> str:
+        """The class that answers, as ``module.QualName`` (the identity of a judge without a model)."""
+        return f"{type(self).__module__}.{type(self).__qualname__}"
 
     async def __aenter__(self) -> Backbone:
         await self.start()
@@ -301,3 +355,34 @@ class Backbone(abc.ABC):
             self._runner.run(self.close())
             self._runner.close()
             self._runner = None
+
+
+class Bare(Backbone):
+    """A backbone that has only the required members (:class:`BackboneLike`), every optional
+    capability at its default; its declaration, if its class has one, is kept."""
+
+    def __init__(self, inner: BackboneLike) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.declaration = declared(inner)
+
+    def __repr__(self) -> str:
+        return f"Bare({self.inner!r})"
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def generate(self, request: Request) -> Response:
+        return await self.inner.generate(request)
+
+    @property
+    def implementation(self) -> str:
+        return f"{type(self.inner).__module__}.{type(self.inner).__qualname__}"
+
+
+def as_backbone(found: BackboneLike) -> Backbone:
+    """``found`` with the whole contract: a :class:`Backbone` as it is, anything else :class:`Bare`."""
+    return found if isinstance(found, Backbone) else Bare(found)

@@ -117,6 +117,10 @@ class HFBackbone(WorkerThreadBackbone):
         self._model: Any = None
         self._processor: Any = None
 
+    @property
+    def model_id(self) -> str:
+        return self.model_path
+
     def _load(self) -> None:
         import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor

@@ -56,6 +56,10 @@ class VLLMOfflineBackbone(WorkerThreadBackbone):
         self._llm: Any = None
         self._processor: Any = None
 
+    @property
+    def model_id(self) -> str:
+        return self.model_path
+
     def _load(self) -> None:
         from transformers import AutoProcessor
         from vllm import LLM

@@ -118,6 +118,11 @@ class VLLMServerBackbone(OpenAIBackbone):
         """Whether the launched engine caches prefixes (None: vLLM's default, or a server not launched here)."""
         return self.engine_args["enable-prefix-caching"] if self.launch else None
 
+    def log_into(self, folder: str) -> None:
+        """The launched server's log goes to ``folder`` when the config names no ``log_dir``."""
+        if self.log_dir is None:
+            self.log_dir = folder
+
     def engine_setting(self, flag: str, where: str) -> str:
         """A launched server's limits are this backbone's options; a running one's are its own flags."""
         return f"{where}.{flag}" if self.launch else super().engine_setting(flag, where)

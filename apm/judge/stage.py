@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import GenerationSettings, Message, Request, Response
+from apm.backbones.base import Backbone, BackboneLike, GenerationSettings, Message, Request, Response, as_backbone
 from apm.backbones.fail_fast import FailFast
 from apm.data.fingerprint import release_fingerprint
 from apm.data.release import load_release
@@ -49,11 +49,10 @@ from apm.records.redact import register_env_secrets
 log = logging.getLogger(__name__)
 
 
-def judge_model(judge: Any) -> str:
-    """The judge's model identity: its configured model id (``model``, else ``model_path``), or for a
-    judge without a model (``gate_only``) its class, ``module.QualName``."""
-    configured = getattr(judge, "model", None) or getattr(judge, "model_path", None)
-    return str(configured) if configured else f"{type(judge).__module__}.{type(judge).__qualname__}"
+def judge_model(judge: Backbone) -> str:
+    """The judge's model identity: its configured model id (:attr:`Backbone.model_id`), or for a judge
+    without a model (``gate_only``) its class, ``module.QualName``."""
+    return judge.model_id or judge.implementation
 
 
 def cache_key(model: str, key: str, output: str) -> str:
@@ -108,7 +107,7 @@ class JudgeStats:
 class JudgeStage:
     """Judges run directories with one judge backbone."""
 
-    def __init__(self, judge: Any, concurrency: int = 8, invalid_retries: int = 2, max_tokens: int = 512,
+    def __init__(self, judge: BackboneLike, concurrency: int = 8, invalid_retries: int = 2, max_tokens: int = 512,
                  only_keys: set[str] | None = None, file_suffix: str = "", fail_fast: int = 3,
                  preflight: bool = True, exclusive: bool = False):
         """``only_keys``/``file_suffix``: a shard job judging inline takes only its own instances and
@@ -117,9 +116,9 @@ class JudgeStage:
         check the judge's endpoint before its first call (as ``apm-run preflight=true`` does);
         ``exclusive``: hold each run directory's judge lock while judging it (``apm-judge``: a second
         one is refused), taken after the release checks so a refused directory gets nothing written."""
-        register_env_secrets([getattr(judge, "api_key_env", None)])  # before any request or line
-        self.judge = judge
-        self.model = judge_model(judge)
+        self.judge = as_backbone(judge)
+        register_env_secrets([self.judge.api_key_env])  # before any request or line
+        self.model = judge_model(self.judge)
         self.only_keys = only_keys
         self.file_suffix = file_suffix
         self.concurrency = concurrency
@@ -204,13 +203,12 @@ class JudgeStage:
 
     async def _preflight(self) -> None:
         """Once, before the first call: the judge's endpoint answers, takes the key and serves the model."""
-        if not self._checked and hasattr(self.judge, "preflight"):
+        if not self._checked:
             await self.judge.preflight("judge")
         self._checked = True
 
     def _advice(self, response: Response) -> str:
-        advice = getattr(self.judge, "advice", None)
-        return advice(response, "judge") if advice else (response.error or "")
+        return self.judge.advice(response, "judge")
 
     def _request(self, rec: dict[str, Any], fields: Mapping[str, Any]) -> Request:
         prompt = judge_prompt(rec["task"], rec["polarity"], rec["probe_time"],

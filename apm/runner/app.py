@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm import tqdm
 
-from apm.backbones.base import GenerationSettings
+from apm.backbones.base import GenerationSettings, as_backbone
 from apm.backbones.openai_api import EndpointError, url_credentials_problem
 from apm.configs import CONF_DIR
 from apm.data.fingerprint import release_fingerprint
@@ -220,14 +220,13 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
     check_config(cfg)
     release = _load_release(cfg.dataset.root)
     protocol = _instantiate(cfg.memory)
-    backbone = _instantiate(cfg.backbone)
-    writer = _instantiate(cfg.writer) or backbone
+    backbone = as_backbone(_instantiate(cfg.backbone))
+    writer = as_backbone(_instantiate(cfg.writer)) if cfg.writer is not None else backbone
     run_dir = run_dir_of(cfg)
     shard_label = f"shard-{cfg.shard.index}-of-{cfg.shard.count}"
     code = code_identity(code_parts(cfg))
     for engine in {id(backbone): backbone, id(writer): writer}.values():
-        if hasattr(engine, "log_dir") and engine.log_dir is None:  # a served engine logs into the run
-            engine.log_dir = str(run_dir / "jobs" / shard_label)
+        engine.log_into(str(run_dir / "jobs" / shard_label))  # a served engine logs into the run
     setup = RunSetup(
         release=release,
         run_dir=run_dir,

@@ -29,7 +29,7 @@ def conditions(setup: RunSetup, in_flight: int, response: Response) -> dict[str,
         "mode": ISOLATED if setup.latency_mode else LOADED,
         "in_flight": in_flight,
         "concurrency": setup.concurrency,
-        "prefix_caching": getattr(setup.backbone, "prefix_caching", None),
+        "prefix_caching": setup.backbone.prefix_caching,
         "cached_tokens": response.cached_tokens,
     }
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import GenerationSettings, Response, Truncation, ask
+from apm.backbones.base import Backbone, GenerationSettings, Response, Truncation, ask
 from apm.backbones.fail_fast import FailFast
 from apm.data import clock
 from apm.data.frames import Frame
@@ -65,8 +65,8 @@ class RunSetup:
     run_info: dict[str, Any]
     """``dataset``, ``memory``, ``backbone``, ``config_hash``: copied onto every record."""
     protocol: MemoryProtocol | StreamingSystem
-    backbone: Any
-    writer: Any
+    backbone: Backbone
+    writer: Backbone
     cache: FrameCache
     max_frames: int
     settings: GenerationSettings = field(default_factory=GenerationSettings)
@@ -197,9 +197,9 @@ def _prompt_version() -> str:
     return PROMPT_VERSION
 
 
-def frame_budget(backbone: Any, default: int) -> int:
+def frame_budget(backbone: Backbone, default: int) -> int:
     """Frames ``backbone`` takes per request: its ``max_frames`` (0: none), or ``default`` if unset."""
-    cap = getattr(backbone, "max_frames", None)
+    cap = backbone.max_frames
     return default if cap is None else int(cap)
 
 
@@ -327,7 +327,7 @@ class OnlineRun:
         self.stats = RunStats()
         self._sem = asyncio.Semaphore(setup.concurrency)
         self._in_flight = 0
-        self._fail_fast = FailFast(setup.fail_fast, getattr(setup.backbone, "advice", None))
+        self._fail_fast = FailFast(setup.fail_fast, setup.backbone.advice)
         self._pristine = pristine(setup.protocol) if isinstance(setup.protocol, StreamingSystem) else None
 
     def fresh_system(self) -> StreamingSystem:

@@ -1,11 +1,12 @@
 """Before a shard's first instance, and before the run writes anything: the engines answer, and the
 shard's largest request fits.
 
-Every engine with a ``preflight`` method (each OpenAI-compatible backbone, vLLM servers included)
-checks its endpoint, key and model name; the run's backbone then gets the shard's largest request with
-``max_tokens=1`` (``check_request``). A failure raises ``EndpointError``: one line saying what to
-change. In latency mode that largest request is also the run's one warm-up request (its answer is not
-recorded); a backbone without ``check_request`` is sent it directly.
+Every engine's ``preflight`` (each OpenAI-compatible backbone, vLLM servers included, checks its
+endpoint, key and model name; the others check nothing); a run's backbone that ``checks_requests``
+then gets the shard's largest request with ``max_tokens=1`` (``check_request``). A failure raises
+``EndpointError``: one line saying what to change. In latency mode that largest request is also the
+run's one warm-up request (its answer is not recorded); a backbone that checks no requests is sent it
+directly.
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ async def preflight(setup: RunSetup, trajectories: list[Trajectory], instances: 
     if check:
         engines = {id(setup.writer): ("writer", setup.writer), id(setup.backbone): ("backbone", setup.backbone)}
         for where, engine in engines.values():
-            if hasattr(engine, "preflight"):
-                await engine.preflight(where)
-    checks = check and hasattr(setup.backbone, "check_request")
+            await engine.preflight(where)
+    checks = check and setup.backbone.checks_requests
     if not (checks or warm_up):
         return
     request = await asyncio.to_thread(largest_request, setup, trajectories, instances)

@@ -41,7 +41,7 @@ def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance
     history = setup.protocol.history(instance, trajectory, state_dir)
     check_shown(trajectory, instance, history)
     prepared = prepare(setup.cache, trajectory, instance, history, setup.max_frames, setup.settings, setup.layout)
-    guard = getattr(setup.backbone, "guard", None)
+    guard = setup.backbone.guard
     fit = guard.selection_budget(prepared.request) if guard is not None else None
     if fit is None:
         return prepared, None
@@ -76,7 +76,7 @@ def describe(setup: RunSetup, prepared: Prepared, budget: Truncation | None) -> 
     """The request the backbone is sent, as lines: a head naming the instance, its frames and prompt
     digest, then each message's parts in order — text as it is, each frame (or still) as its session,
     video offset and wall-clock time — after the backbone's context guard, and what was left out for the context."""
-    guard = getattr(setup.backbone, "guard", None)
+    guard = setup.backbone.guard
     request, cut = guard.apply(prepared.request) if guard is not None else (prepared.request, None)
     inst = prepared.instance
     lines = [f"# {inst.key} · {inst.task} · probe {inst.probe_label} · {len(request.frames)} frames · "

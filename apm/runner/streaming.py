@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from apm.backbones.base import Message, Request, Response
+from apm.backbones.base import Backbone, Message, Request, Response
 from apm.data.frames import Frame
 from apm.data.ids import id_path
 from apm.data.instances import Instance, Turn, instance_view
@@ -232,17 +232,16 @@ async def build_visible_state(run: OnlineRun, system: StreamingSystem, traj: Tra
     return {"bytes": sum(entry["bytes"] for entry in held.values()), "state_sha256": manifest_sha256(held)}
 
 
-class ReferenceChannel:
+class ReferenceChannel(Backbone):
     """A reference baseline as a streaming system is handed it: asked about the instance view a probe
-    carries, it answers about the full instance (only a reference reads annotations; a system never does)."""
+    carries, it answers about the full instance (only a reference reads annotations; a system never does).
+    The run starts and closes the baseline itself."""
 
     answers_from_annotations = True
 
-    def __init__(self, backbone: Any, instances: dict[str, Instance]) -> None:
+    def __init__(self, backbone: Backbone, instances: dict[str, Instance]) -> None:
         self.backbone, self._instances = backbone, instances
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.backbone, name)
+        self.name, self.declaration, self.max_frames = backbone.name, backbone.declaration, backbone.max_frames
 
     async def generate(self, request: Request) -> Response:
         return await self.backbone.generate(request)
@@ -251,10 +250,10 @@ class ReferenceChannel:
         return await self.backbone.answer_instance(request, self._instances[view.key])
 
 
-def reference_channel(backbone: Any, instances: list[Instance]) -> Any:
+def reference_channel(backbone: Backbone, instances: list[Instance]) -> Backbone:
     """The run's backbone as a system gets it: a reference baseline behind a :class:`ReferenceChannel`
     for the session's instances; any other backbone as it is."""
-    if getattr(backbone, "answers_from_annotations", False):
+    if backbone.answers_from_annotations:
         return ReferenceChannel(backbone, {i.key: i for i in instances})
     return backbone
 
