@@ -124,7 +124,7 @@ def _group_gone(pgid: int, within_s: float) -> bool:
 
 def test_close_stops_the_server(server: VLLMServerBackbone, loop: asyncio.Runner) -> None:
     """Runs last: the process group is gone and nothing listens on the port afterwards."""
-    pid, host, port = server._proc.pid, server.host, int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+    pid, host, port = server.process.proc.pid, server.host, int(server.base_url.rsplit(":", 1)[1].split("/")[0])
     loop.run(server.close())
     assert _group_gone(pid, within_s=10.0)
     with pytest.raises(ConnectionRefusedError), socket.create_connection((host, port), timeout=2):

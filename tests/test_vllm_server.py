@@ -63,10 +63,10 @@ def test_launch_wait_serve_log_and_stop(tmp_path: Path):
         async with b:
             r = await b.generate(REQUEST)
             assert r.ok and r.text == '{"answer":"A"}'
-            return b._proc.pid, b.base_url
+            return b.process.proc.pid, b.base_url
 
     pid, url = asyncio.run(main())
-    assert gone(pid) and b._proc is None
+    assert gone(pid) and b.process.proc is None
     log = (tmp_path / "vllm-server-Tiny_VLM.log").read_text()
     assert f"PORT {url.split(':')[-1].split('/')[0]}" in log
 
@@ -76,7 +76,7 @@ def test_server_stopped_when_the_job_raises(tmp_path: Path):
 
     async def main() -> None:
         async with b:
-            box.append(b._proc.pid)
+            box.append(b.process.proc.pid)
             raise KeyError("boom")
 
     box: list[int] = []
@@ -97,7 +97,7 @@ def test_a_startup_failure_is_one_line_naming_the_log_and_its_error(tmp_path: Pa
     b = VLLMServerBackbone(model="m", python=sys.executable, log_dir=str(tmp_path), command=["{python}", "-c", crash])
     with pytest.raises(RuntimeError) as e:
         asyncio.run(b.start())
-    assert "\n" not in str(e.value) and str(b.log_path) in str(e.value)
+    assert "\n" not in str(e.value) and str(b.process.log_path) in str(e.value)
     assert str(e.value).endswith("ValueError: max_model_len 999999 is too large")
     assert "bye" in "".join(e.value.__notes__)  # the log's tail, for --debug
 
@@ -108,7 +108,7 @@ def test_startup_deadline_and_sigkill_for_a_server_ignoring_sigterm(tmp_path: Pa
     began = time.monotonic()
     with pytest.raises(RuntimeError, match="not healthy after 1s"):
         asyncio.run(b.start())
-    assert time.monotonic() - began < 5 and b._proc is None
+    assert time.monotonic() - began < 5 and b.process.proc is None
     assert not any(marker in cmdline for cmdline in _cmdlines())
 
 
@@ -116,7 +116,7 @@ def test_launch_false_uses_a_running_server():
     with pytest.raises(ValueError, match="base_url"):
         VLLMServerBackbone(model="m", launch=False)
     b = VLLMServerBackbone(model="m", launch=False, base_url="http://127.0.0.1:1/v1/")
-    assert b.base_url == "http://127.0.0.1:1/v1" and b._proc is None
+    assert b.base_url == "http://127.0.0.1:1/v1" and b.process.proc is None
 
 
 def _cmdlines() -> list[str]:
@@ -138,7 +138,7 @@ HARNESS = textwrap.dedent(
     b = VLLMServerBackbone(model="m", python=sys.executable, log_dir=sys.argv[2],
                            command=["{python}", "-m", "apm.testing.fake_server"])
     asyncio.run(b.start())
-    print("SERVER", b._proc.pid, flush=True)
+    print("SERVER", b.process.proc.pid, flush=True)
     time.sleep(60)
     """
 )

