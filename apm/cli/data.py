@@ -11,11 +11,12 @@ from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.data.stats import format_stats, release_stats
 from apm.errors import DEBUG_FLAG, OneLineParser, guarded
+from apm.synth import generate
+from apm.video.cache import build_release_cache, default_cache_dir
+from apm.video.overlay import overlay_timestamps
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from apm.synth import generate
-
     root = generate(Path(args.out), seed=args.seed, scale=args.scale, limit_trajectories=args.trajectories)
     print(f"wrote synthetic release ({args.scale}, seed {args.seed}) to {root}")
     return 0
@@ -35,8 +36,6 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from apm.video.cache import build_release_cache, default_cache_dir
-
     release = load_release(args.root)
     cache_dir = default_cache_dir(args.cache_dir)
     report = build_release_cache(release, cache_dir, fps=args.fps, max_side=args.max_side, workers=args.workers)
@@ -47,8 +46,6 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _overlay(args: argparse.Namespace) -> int:
-    from apm.video.overlay import overlay_timestamps
-
     overlay_timestamps(Path(args.input), Path(args.output), args.day, args.start)
     print(f"wrote {args.output}")
     return 0

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from apm.backbones.base import GenerationSettings, Message, Request, TextPart
 from apm.data.instances import Instance
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, Note, SessionView, prior_sessions
-from apm.prompts import stream_parts, summary_prompts, turn_text
+from apm.prompts import probe_prompt, stream_parts, summary_prompts, turn_text
 from apm.prompts.parse import json_object
 from apm.records.atomic import write_atomically
 from apm.records.declaration import Declaration
@@ -46,8 +47,6 @@ class TextSummary(MemoryProtocol):
         self.max_tokens = max_tokens
 
     async def end_session(self, view: SessionView, state_dir: Path, writer) -> dict:
-        from apm.backbones.base import GenerationSettings, Message, Request, TextPart
-
         instruction, request_text = summary_prompts(view.session)
         parts: list = [TextPart(instruction)]
         parts += stream_parts(view.frames, view.interactions, request_text)
@@ -75,8 +74,6 @@ def _memory_text(text: str) -> tuple[str, str]:
 
 def instance_query(instance: Instance) -> str:
     """The text an instance is about, used to retrieve memories: its question, registration or task."""
-    from apm.prompts import probe_prompt
-
     fields = instance.candidate.fields
     parts = [turn_text(t, instance) for t in instance.turns if t.kind != "interval_marker"]
     if "question" in fields:

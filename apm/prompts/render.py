@@ -12,16 +12,13 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
-from typing import TYPE_CHECKING
 
+from apm.backbones.base import FramePart, Part, TextPart
 from apm.data import clock
 from apm.data.digest import files_digest
 from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session
-
-if TYPE_CHECKING:
-    from apm.backbones.base import Part
 
 _FIELD = re.compile(r"<[A-Z][A-Z_ ]*>")
 
@@ -122,7 +119,5 @@ def stream_parts(frames: Sequence[Frame], turns: Sequence[Turn], then: str) -> l
     """A stretch of the stream: its frames as one video segment, then one text part holding what the
     user said during it and ``then``. One segment, so a request fits an engine's per-prompt video limit
     and carries timing every engine can express (docs/prompts.md, "The request")."""
-    from apm.backbones.base import FramePart, TextPart
-
     blocks = ["\n".join(_said(turns)), then] if turns else [then]
     return [*(FramePart(f) for f in frames), TextPart("\n\n".join(blocks))]

@@ -43,6 +43,8 @@ from apm.data.model import Trajectory
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.errors import hold, hydra_guarded
+from apm.judge.stage import JudgeStage
+from apm.live.wandb_sink import WandbSink
 from apm.prompts import PROMPT_VERSION
 from apm.records.atomic import write_json_atomically
 from apm.records.declaration import run_declarations
@@ -59,9 +61,11 @@ from apm.runner.config import (
     register,
     run_name,
 )
-from apm.runner.online import OnlineRun, RunSetup, RunStats, frame_budget, holding_shard, newest_memory_lines
+from apm.runner.online import OnlineRun, RunStats, newest_memory_lines
 from apm.runner.preflight import preflight
 from apm.runner.request import describe, prepare_instance, state_dir_of
+from apm.runner.setup import RunSetup, frame_budget
+from apm.runner.shard_lock import holding_shard
 from apm.runner.shards import shard_trajectories
 from apm.runner.stops import check_answered, check_causal_run
 from apm.video.cache import FrameCache
@@ -367,8 +371,6 @@ def job_identity(cfg: DictConfig, setup: RunSetup) -> dict[str, Any]:
 
 async def judge_inline(cfg: DictConfig, setup: RunSetup, keys: set[str]) -> None:
     """``judge=<config>`` on ``apm-run``: the judge stage on this shard's instances once the run ends."""
-    from apm.judge.stage import JudgeStage
-
     judge = _instantiate(cfg.judge)
     stage = JudgeStage(judge, concurrency=cfg.concurrency, only_keys=keys, file_suffix=f"-{setup.shard_label}",
                        fail_fast=cfg.fail_fast, preflight=cfg.preflight)
@@ -402,8 +404,6 @@ def _wandb_sink(cfg: DictConfig, setup: RunSetup):
     w = cfg.logging.wandb
     if w.mode == "disabled":
         return None
-    from apm.live.wandb_sink import WandbSink
-
     info = setup.run_info
     return WandbSink(
         mode=w.mode, project=w.project, entity=w.get("entity"), group=w.group or Path(cfg.output_root).resolve().name,

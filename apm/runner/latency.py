@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from apm.backbones.base import Response
 from apm.data.instances import Instance
-
-if TYPE_CHECKING:
-    from apm.runner.online import RunSetup
+from apm.runner.setup import RunSetup
 
 ISOLATED, LOADED = "isolated", "loaded"
 

@@ -1,88 +1,54 @@
-"""The online inference protocol (Section 3.3) over one shard of trajectories.
+"""The one replay loop of the online protocol (Section 3.3) over one shard of trajectories, for memory
+protocols and streaming systems alike (docs/architecture.md, "The replay loop").
 
-Per trajectory, sessions run in their real order: first the session's instances (concurrently,
-bounded by ``concurrency``; each sees prior-session memory and its own causal prefix, and nothing
-another instance said), then the memory protocol's session-end update, whose bytes on disk are
-measured. Trajectories run concurrently with each other. Records are appended as instances finish.
+Per trajectory, sessions run in their real order. A method goes through each session as its kind says
+(:class:`SessionReplay`): a streaming system (:class:`StreamReplay`) is fed the session's frames and
+turns in wall-clock order, answers each probe from its state at the probe time and exports its state at
+the session end; a memory protocol (:class:`ProtocolReplay`) is the degenerate system that ignores the
+stream: its instances are answered concurrently (bounded by ``concurrency``) from the state on disk,
+each seeing prior-session memory and its own causal prefix and nothing another instance said, then its
+session-end update runs. Either way the state a session leaves is measured on disk and recorded as a
+memory line. Trajectories run concurrently with each other. Records are appended as instances finish.
 
-A shard is written by one process at a time (``holding_shard``). A rerun first puts each trajectory's
-state folder back to the newest state on record that it still holds whole (``restore_state``), then
-updates every session after it again, and skips an instance only if its record was made with the
-memory it would be shown now (``memory_sha256``), so a lost or changed state is redone with every
-instance that saw it (docs/records.md, "Resume checks the memory state").
+A shard is written by one process at a time (``apm.runner.shard_lock``). A rerun first puts each
+trajectory's state folder back to the newest state on record that it still holds whole
+(``restore_state``), then updates every session after it again, and skips an instance only if its record
+was made with the memory it would be shown now (``memory_sha256``), so a lost or changed state is redone
+with every instance that saw it (docs/records.md, "Resume checks the memory state").
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import Backbone, GenerationSettings, Response, Truncation, ask
+from apm.backbones.base import Response, ask
 from apm.backbones.fail_fast import FailFast
-from apm.data import clock
 from apm.data.frames import Frame
-from apm.data.instances import Instance, Turn, candidate_instances
+from apm.data.instances import Instance, Turn, candidate_instances, instance_view
 from apm.data.model import Release, Session, Trajectory
-from apm.memory.base import MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
+from apm.memory.base import History, MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
 from apm.prompts import turn_text
 from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
-from apm.records.lock import (
-    GROUP_SUFFIX,
-    GroupHeld,
-    LockHeld,
-    WriterLock,
-    held_elsewhere,
-    read_holder,
-    take_group,
-    this_process,
-)
-from apm.runner import causality, latency
-from apm.runner.config import FrameLayout, Rerun
-from apm.runner.context import Prepared
-from apm.runner.ledger import scheduler_job_id
-from apm.runner.outcome import apply_gate
+from apm.runner import causality, latency, streaming
+from apm.runner.causality import check_shown
+from apm.runner.config import Rerun
+from apm.runner.record import NO_MEMORY, make_record
 from apm.runner.request import prepare_instance, state_dir_of
-from apm.streaming.base import StreamingSystem
+from apm.runner.setup import RunSetup, frame_budget
+from apm.runner.shard_lock import holding_shard
+from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError
 from apm.video.select import CausalityError, uniform_indices
-
-
-@dataclass
-class RunSetup:
-    """Everything one run needs; built by the Hydra app or by tests."""
-
-    release: Release
-    run_dir: Path
-    run_info: dict[str, Any]
-    """``dataset``, ``memory``, ``backbone``, ``config_hash``: copied onto every record."""
-    protocol: MemoryProtocol | StreamingSystem
-    backbone: Backbone
-    writer: Backbone
-    cache: FrameCache
-    max_frames: int
-    settings: GenerationSettings = field(default_factory=GenerationSettings)
-    layout: FrameLayout = FrameLayout.uniform
-    """How each request's frames are chosen and sent (``frames.layout``)."""
-    concurrency: int = 8
-    shard_label: str = "shard-0-of-1"
-    rerun: Rerun | None = None
-    """``errors``: what failed runs again; ``all``: that and whatever other code made (``RunConfig.rerun``)."""
-    wait_for_lock: bool = False
-    """Whether a job on a shard another job holds waits for it, instead of stopping at once."""
-    fail_fast: int = 3
-    """Stop after this many consecutive auth / not-found / connection failures (0: never)."""
-    latency_mode: bool = False
-    """Isolated latency: memory updates wait for the instance slots too, and keys whose newest record
-    was measured under load run again (``apm.runner.latency``)."""
 
 
 @dataclass
@@ -98,9 +64,10 @@ class RunStats:
 
 
 OnRecord = Callable[[dict[str, Any]], None]
-
-NO_MEMORY: dict[str, Any] = {"bytes": 0, "state_sha256": manifest_sha256({})}
-"""What an instance of a trajectory's first session is shown: the empty state."""
+BySession = dict[tuple[str, str], list[Instance]]
+"""A run's instances by ``(trajectory_id, session key)``."""
+OnRecordByKey = dict[str, dict[str, Any]]
+"""The newest record of each key that the run does not redo."""
 
 
 def session_interactions(release: Release, trajectory: Trajectory, session: Session) -> tuple[Turn, ...]:
@@ -130,77 +97,6 @@ def session_frames(cache: FrameCache, session: Session, limit: int) -> tuple[Fra
         Frame(session.key, float(entry.offset(i)), session.start + int(entry.offset(i)), jpeg)
         for i, jpeg in zip(chosen, entry.jpegs(chosen))
     )
-
-
-def make_record(setup: RunSetup, inst: Instance, trajectory: Trajectory, prepared: Prepared | None,
-                response: Response, prep_s: float, shown: dict[str, Any], in_flight: int = 0) -> dict[str, Any]:
-    """The output contract for one instance (``docs/records.md``); ``shown``: the memory line of the
-    state it saw (``NO_MEMORY`` in a trajectory's first session); ``in_flight``: requests in flight when
-    it was sent, itself included."""
-    session = trajectory.session(inst.session)
-    outcome = apply_gate(inst, response.text, response.finish_reason) if response.ok else None
-    parsed = outcome.parsed if outcome else None
-    prefix_s = float(inst.probe_time - session.start)
-    ttft = prep_s + response.ttft_s if response.ttft_s is not None else None
-    fields = inst.candidate.fields
-    return {
-        "key": inst.key,
-        "run": setup.run_info,
-        "trajectory_id": inst.trajectory_id,
-        "day_id": session.day_id,
-        "session_id": session.session_id,
-        "candidate_id": inst.candidate_id,
-        "task": inst.task,
-        "family": inst.family,
-        "probe_id": inst.probe_id,
-        "polarity": inst.polarity,
-        "probe_time": clock.label(inst.probe_time),
-        "window_start": clock.label(inst.window_start) if inst.window_start is not None else None,
-        "evidence_available": inst.evidence_available,
-        "original_candidate_id": fields.get("original_candidate_id") if inst.task == "EA" else None,
-        "correct_option": inst.correct_option,
-        "output": response.text,
-        "finish_reason": response.finish_reason,
-        "parse_status": parsed.status if parsed else None,
-        "parse_error": parsed.error if parsed else None,
-        "decision": parsed.decision if parsed else None,
-        "answer": parsed.answer if parsed else None,
-        "correct": outcome.correct if outcome else None,
-        "gate_pass": outcome.gate_pass if outcome else None,
-        "frames": [f.describe() for f in prepared.frames] if prepared else [],
-        "prompt_version": _prompt_version(),
-        "prompt_sha256": prepared.prompt_sha256 if prepared else None,
-        "latency": {
-            "prep_s": prep_s,
-            "ttft_s": ttft,
-            "total_s": prep_s + response.total_s,
-            "prefix_s": prefix_s,
-            "rtf": ttft / prefix_s if ttft is not None and prefix_s > 0 else None,
-            "engine_ttft_s": response.ttft_s,
-            "engine_total_s": response.total_s,
-            "elapsed_s": response.elapsed_s,
-            **latency.conditions(setup, in_flight, response),
-        },
-        "tokens": {"prompt": response.prompt_tokens, "completion": response.completion_tokens},
-        "truncation": response.truncation.to_dict() if response.truncation else None,
-        "memory_bytes": shown["bytes"],
-        "memory_sha256": shown["state_sha256"],
-        "error": response.error,
-        "attempts": response.attempts,
-        "shard": setup.shard_label,
-    }
-
-
-def _prompt_version() -> str:
-    from apm.prompts import PROMPT_VERSION
-
-    return PROMPT_VERSION
-
-
-def frame_budget(backbone: Backbone, default: int) -> int:
-    """Frames ``backbone`` takes per request: its ``max_frames`` (0: none), or ``default`` if unset."""
-    cap = backbone.max_frames
-    return default if cap is None else int(cap)
 
 
 async def _prebuild(cache: FrameCache, trajectories: list[Trajectory]) -> None:
@@ -247,94 +143,23 @@ def restore_state(state_dir: Path, states: list[StateManifest]) -> int:
     return kept
 
 
-class ShardBusy(SystemExit):
-    """Another process holds the shard: this one stops with the one line that names it (exit status 1)."""
-
-
-def lock_holder() -> dict[str, Any]:
-    """Who this process is, for the shard's lock file: host, pid, SLURM job id and since when."""
-    return {**this_process(), "job_id": scheduler_job_id()}
-
-
-def busy_line(setup: RunSetup, holder: dict[str, Any] | None) -> str:
-    """The refusal of a second job on a shard, naming the job that holds it."""
-    who = (f"host {holder.get('host')} pid {holder.get('pid')} (SLURM job {holder.get('job_id') or '-'}, "
-           f"since {holder.get('since')})" if holder else "a job that is only now writing its lock file")
-    return f"apm-run: {setup.shard_label} of {setup.run_dir} is being written by {who}; not starting a second writer"
-
-
-def shard_count(label: str) -> int:
-    """The shard count of a shard label (``shard-<i>-of-<n>`` → n)."""
-    return int(label.rsplit("-of-", 1)[1])
-
-
-def other_count_line(setup: RunSetup, held: GroupHeld) -> str:
-    """The refusal of a job whose shard count differs from that of the jobs writing the run dir now,
-    naming one of them (their shards' lock files say who they are)."""
-    count = held.path.name.removesuffix(GROUP_SUFFIX).removeprefix("count-")
-    locks = sorted(held.path.parent.glob(f"shard-*-of-{count}.lock"))
-    holder = next((read_holder(p) for p in locks if held_elsewhere(p)), None)
-    who = f"host {holder.get('host')} pid {holder.get('pid')}" if holder else "a job"
-    return (f"apm-run: {setup.run_dir} is being written by jobs of shard.count={count} ({who}); a job of "
-            f"shard.count={shard_count(setup.shard_label)} would share their trajectories' memory state; "
-            "not starting (run it once they have ended)")
-
-
-@contextmanager
-def holding_shard(setup: RunSetup) -> Iterator[None]:
-    """Hold the run dir for this job's shard count (``locks/count-<n>.group.lock``, shared by the jobs
-    of one count, refused to any other count) and the shard's lock (``locks/<shard>.lock``) while its
-    records, memory lines and state are written: a second job on the shard raises ``ShardBusy`` at
-    once, or waits with ``wait_for_lock``; a job of another shard count is refused at once."""
-    locks = setup.run_dir / "locks"
-    try:
-        count = take_group(locks, f"count-{shard_count(setup.shard_label)}")
-    except GroupHeld as held:
-        raise ShardBusy(other_count_line(setup, held)) from None
-    lock = WriterLock(locks / f"{setup.shard_label}.lock", lock_holder(), setup.wait_for_lock, reentrant=True)
-    try:
-        lock.acquire()
-    except LockHeld as held:
-        count.release()
-        raise ShardBusy(busy_line(setup, held.holder)) from None
-    try:
-        yield
-    finally:
-        lock.release()
-        count.release()
-
-
-_PRISTINE: dict[int, tuple[StreamingSystem, StreamingSystem]] = {}
-"""Each streaming system's copy as configured, taken the first time a run uses it (keyed by identity, the
-system kept beside its copy): a later run of the same system in this process (``latency.sample``'s
-isolated pass) reuses it, since by then the system has observed sessions and holds its started backbone."""
-
-
-def pristine(system: StreamingSystem) -> StreamingSystem:
-    """``system`` as it was before its first run observed anything."""
-    if id(system) not in _PRISTINE:
-        _PRISTINE[id(system)] = (system, copy.deepcopy(system))
-    return _PRISTINE[id(system)][1]
-
-
 class OnlineRun:
-    """One run of the online protocol; ``await OnlineRun(setup).run(trajectories, instances)``."""
+    """One run of the online protocol; ``await OnlineRun(setup).run(trajectories, instances)``. What a
+    method's session replay uses of it is public: ``setup``, ``stats``, ``slots`` (the instance slots),
+    ``sending``, ``todo``, ``keep``, ``refuse`` and ``memory_line``."""
 
     def __init__(self, setup: RunSetup, on_record: OnRecord | None = None, progress: Any = None):
         self.setup = setup
         self.on_record = on_record or (lambda rec: None)
         self.progress = progress
         self.stats = RunStats()
-        self._sem = asyncio.Semaphore(setup.concurrency)
-        self._in_flight = 0
+        self.slots = asyncio.Semaphore(setup.concurrency)
+        """The ``concurrency`` slots every request (and, in latency mode, every update) takes one of."""
+        self.in_flight = 0
+        """Requests in flight now (recorded with each request: ``latency.in_flight``)."""
         self._fail_fast = FailFast(setup.fail_fast, setup.backbone.advice)
-        self._pristine = pristine(setup.protocol) if isinstance(setup.protocol, StreamingSystem) else None
-
-    def fresh_system(self) -> StreamingSystem:
-        """A copy of the run's streaming system as configured, before it observed anything: what a
-        restricted instance is answered by, so nothing it kept from other sessions can reach it."""
-        assert self._pristine is not None  # only a streaming system's replay asks for one
-        return copy.deepcopy(self._pristine)
+        self.method: SessionReplay = (StreamReplay(self, setup.protocol) if isinstance(setup.protocol, StreamingSystem)
+                                      else ProtocolReplay(self, setup.protocol))
 
     async def run(self, trajectories: list[Trajectory], instances: list[Instance]) -> RunStats:
         with holding_shard(self.setup):
@@ -347,7 +172,7 @@ class OnlineRun:
         on_record = {k: rec for k, rec in self._newest_records.items()
                      if not self._redo(rec) and not latency.needs_isolated(s, rec) and not causality.refused(rec)}
         memory_done = {k: m for k, m in self._newest_memory.items() if not self._redo(m)}
-        by_session: dict[tuple[str, str], list[Instance]] = defaultdict(list)
+        by_session: BySession = defaultdict(list)
         for inst in instances:
             by_session[(inst.trajectory_id, inst.session)].append(inst)
         self.stats.total = len(instances)
@@ -356,7 +181,7 @@ class OnlineRun:
         self._records = JsonlAppender(s.run_dir / "records" / f"{s.shard_label}.jsonl")
         self._memory = JsonlAppender(s.run_dir / "memory" / f"{s.shard_label}.jsonl")
         await _prebuild(s.cache, trajectories)
-        tasks = [asyncio.ensure_future(self._trajectory(t, by_session, on_record, memory_done)) for t in trajectories]
+        tasks = [asyncio.ensure_future(self.trajectory(t, by_session, on_record, memory_done)) for t in trajectories]
         try:
             await asyncio.gather(*tasks)
         finally:  # a run that stops (fail fast, a causality bug) cancels the rest before the files close
@@ -375,27 +200,31 @@ class OnlineRun:
         failed = s.rerun in (Rerun.errors, Rerun.all) and line.get("error") is not None
         return failed or (s.rerun == Rerun.all and line["run"].get("code") != s.run_info.get("code"))
 
-    async def _trajectory(self, traj: Trajectory, by_session, on_record: dict, memory_done: dict) -> None:
-        s = self.setup
-        if isinstance(s.protocol, StreamingSystem):  # it ingests the stream itself: apm.runner.streaming
-            from apm.runner.streaming import replay_trajectory
-
-            return await replay_trajectory(self, traj, by_session, on_record, memory_done)
-        state_dir = state_dir_of(s, traj)
+    async def trajectory(self, traj: Trajectory, by_session: BySession, on_record: OnRecordByKey,
+                         memory_done: dict[tuple[str, str], dict[str, Any]]) -> None:
+        """The loop: restore the state on record, replay each session the method's way (answering what is
+        not on record, updating what is not), then the instances the method answers apart."""
+        method = self.method
+        state_dir = state_dir_of(self.setup, traj)
+        everything = [by_session.get((traj.trajectory_id, x.key), []) for x in traj.sessions]
+        instances = [[i for i in insts if not method.held_back(traj, i)] for insts in everything]
         recorded = recorded_lines(traj, memory_done)
-        kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded])
+        redo = method.resume_at(recorded, instances, on_record)
+        kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded[:redo]])
         shown = NO_MEMORY
         prior_seconds = 0
         for session in traj.sessions:
-            todo = self._todo(by_session.get((traj.trajectory_id, session.key), []), on_record, shown)
-            await asyncio.gather(*(self._instance(traj, i, state_dir, shown) for i in todo))
+            todo = self.todo(instances[session.index], on_record, shown)
             prior_seconds += session.duration
-            if session.index < kept:
-                shown = recorded[session.index]
-            else:
-                shown = await self._end_session(traj, session, state_dir, prior_seconds)
+            update = session.index >= kept
+            line = await method.session(traj, session, state_dir, todo, shown, prior_seconds, update) \
+                if todo or update else None
+            shown = recorded[session.index] if line is None else line
+        held_back = [i for insts in everything for i in insts if method.held_back(traj, i)]
+        if held_back:
+            await method.answer_held_back(traj, held_back, on_record)
 
-    def _todo(self, instances: list[Instance], on_record: dict, shown: dict[str, Any]) -> list[Instance]:
+    def todo(self, instances: list[Instance], on_record: OnRecordByKey, shown: dict[str, Any]) -> list[Instance]:
         """The instances still to run: all but those on record with the memory they would be shown now."""
         todo = [i for i in instances if on_record.get(i.key, {}).get("memory_sha256") != shown["state_sha256"]]
         self.stats.skipped += len(instances) - len(todo)
@@ -403,23 +232,7 @@ class OnlineRun:
             self.progress.update(len(instances) - len(todo))
         return todo
 
-    async def _end_session(self, traj: Trajectory, session: Session, state_dir: Path,
-                           prior_seconds: int) -> dict[str, Any]:
-        """Run the protocol's session-end update and append its memory line (returned): the state it
-        left, file by file, and its size."""
-        s = self.setup
-        protocol = s.protocol
-        assert isinstance(protocol, MemoryProtocol)  # a StreamingSystem is replayed by apm.runner.streaming instead
-        limit = min(protocol.session_frames, frame_budget(s.writer, protocol.session_frames))
-        frames = await asyncio.to_thread(session_frames, s.cache, session, limit)
-        view = SessionView(traj, session, session_interactions(s.release, traj, session), frames)
-        async with self._sem if s.latency_mode else nullcontext():  # isolated: nothing runs beside it
-            began = time.perf_counter()
-            facts = await protocol.end_session(view, state_dir, s.writer if protocol.needs_writer else None)
-            update_s = time.perf_counter() - began
-        return await self._memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
-
-    async def _memory_line(self, traj: Trajectory, session: Session, state_dir: Path, prior_seconds: int,
+    async def memory_line(self, traj: Trajectory, session: Session, state_dir: Path, prior_seconds: int,
                            update_s: float, facts: dict[str, Any]) -> dict[str, Any]:
         """Measure the state a session's update left and append its memory line (returned)."""
         s = self.setup
@@ -443,39 +256,21 @@ class OnlineRun:
         self.stats.sessions_updated += 1
         return line
 
-    def _prepare(self, traj: Trajectory, inst: Instance, state_dir: Path) -> tuple[Prepared, Truncation | None]:
-        return prepare_instance(self.setup, traj, inst, state_dir)
-
-    async def _instance(self, traj: Trajectory, inst: Instance, state_dir: Path, shown: dict[str, Any]) -> None:
-        s = self.setup
-        async with self._sem:
-            began = time.perf_counter()
-            prepared, budget, in_flight = None, None, 0
-            try:
-                prepared, budget = await asyncio.to_thread(self._prepare, traj, inst, state_dir)
-            except CausalityError as e:  # refused: an error on its record, and the run exits non-zero
-                response = self.refuse(e)
-                prep_s = time.perf_counter() - began
-            except Exception as e:  # noqa: BLE001 — a bad video, an unreadable state file: recorded; the run goes on
-                response = Response(error=f"preparation failed: {type(e).__name__}: {e}", attempts=0)
-                prep_s = time.perf_counter() - began
-            else:
-                prep_s = time.perf_counter() - began
-                self._in_flight += 1
-                in_flight = self._in_flight
-                try:
-                    response = await ask(s.backbone, prepared.request, inst)
-                finally:
-                    self._in_flight -= 1
-                response = replace(response, truncation=response.truncation or budget)
-        self._keep(make_record(s, inst, traj, prepared, response, prep_s, shown, in_flight), response)
+    @contextmanager
+    def sending(self) -> Iterator[int]:
+        """Count one request in flight while it is sent; yields the count, itself included."""
+        self.in_flight += 1
+        try:
+            yield self.in_flight
+        finally:
+            self.in_flight -= 1
 
     def refuse(self, error: CausalityError) -> Response:
         """The response of an instance refused for causality: never asked; counted for the run's exit."""
         self.stats.refused.append(str(error))
         return Response(error=f"{causality.REFUSED}{error}", attempts=0)
 
-    def _keep(self, record: dict[str, Any], response: Response) -> None:
+    def keep(self, record: dict[str, Any], response: Response) -> None:
         """Append an instance's record, count it and pass it on; stop when the endpoint keeps failing."""
         self._records.append(record, supersedes=self._newest_records.get(record["key"]))
         self.stats.new += 1
@@ -484,3 +279,195 @@ class OnlineRun:
             self.progress.update(1)
         self.on_record(record)
         self._fail_fast.observe(response)
+
+
+class SessionReplay:
+    """How a kind of method goes through the loop's sessions; the base is what every method shares."""
+
+    def __init__(self, run: OnlineRun) -> None:
+        self.run = run
+
+    def held_back(self, traj: Trajectory, inst: Instance) -> bool:
+        """Whether an instance is answered apart, after the trajectory's sessions (none by default)."""
+        return False
+
+    def resume_at(self, recorded: list[dict[str, Any]], instances: list[list[Instance]],
+                  on_record: OnRecordByKey) -> int:
+        """How many of the sessions with a memory line on record may keep it: all, by default (an
+        instance is answered from the state on disk, whatever session it is in)."""
+        return len(recorded)
+
+    async def session(self, traj: Trajectory, session: Session, state_dir: Path, todo: list[Instance],
+                      shown: dict[str, Any], prior_seconds: int, update: bool) -> dict[str, Any] | None:
+        """Answer ``todo`` (each shown ``shown``) and, with ``update``, run the session's update and
+        return its memory line (None: no update; the line on record stands)."""
+        raise NotImplementedError
+
+    async def answer_held_back(self, traj: Trajectory, instances: list[Instance], on_record: OnRecordByKey) -> None:
+        """Answer the instances :meth:`held_back` kept out of the sessions."""
+        raise NotImplementedError
+
+
+class ProtocolReplay(SessionReplay):
+    """A memory protocol: the system that ignores the stream. A session's instances are answered
+    concurrently from the state on disk, then the protocol's session-end update runs."""
+
+    def __init__(self, run: OnlineRun, protocol: MemoryProtocol) -> None:
+        super().__init__(run)
+        self.protocol = protocol
+
+    async def session(self, traj: Trajectory, session: Session, state_dir: Path, todo: list[Instance],
+                      shown: dict[str, Any], prior_seconds: int, update: bool) -> dict[str, Any] | None:
+        await asyncio.gather(*(self.instance(traj, i, state_dir, shown) for i in todo))
+        return await self.end_session(traj, session, state_dir, prior_seconds) if update else None
+
+    async def end_session(self, traj: Trajectory, session: Session, state_dir: Path,
+                          prior_seconds: int) -> dict[str, Any]:
+        """Run the protocol's session-end update and append its memory line (returned): the state it
+        left, file by file, and its size."""
+        s, protocol = self.run.setup, self.protocol
+        limit = min(protocol.session_frames, frame_budget(s.writer, protocol.session_frames))
+        frames = await asyncio.to_thread(session_frames, s.cache, session, limit)
+        view = SessionView(traj, session, session_interactions(s.release, traj, session), frames)
+        async with self.run.slots if s.latency_mode else nullcontext():  # isolated: nothing runs beside it
+            began = time.perf_counter()
+            facts = await protocol.end_session(view, state_dir, s.writer if protocol.needs_writer else None)
+            update_s = time.perf_counter() - began
+        return await self.run.memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
+
+    async def instance(self, traj: Trajectory, inst: Instance, state_dir: Path, shown: dict[str, Any]) -> None:
+        """Prepare one instance's request from the state on disk, send it and keep its record."""
+        run, s = self.run, self.run.setup
+        async with run.slots:
+            began = time.perf_counter()
+            prepared, budget, in_flight = None, None, 0
+            try:
+                prepared, budget = await asyncio.to_thread(prepare_instance, s, traj, inst, state_dir)
+            except CausalityError as e:  # refused: an error on its record, and the run exits non-zero
+                response = run.refuse(e)
+                prep_s = time.perf_counter() - began
+            except Exception as e:  # noqa: BLE001 — a bad video, an unreadable state file: recorded; the run goes on
+                response = Response(error=f"preparation failed: {type(e).__name__}: {e}", attempts=0)
+                prep_s = time.perf_counter() - began
+            else:
+                prep_s = time.perf_counter() - began
+                with run.sending() as in_flight:
+                    response = await ask(s.backbone, prepared.request, inst)
+                response = replace(response, truncation=response.truncation or budget)
+        run.keep(make_record(s, inst, traj, prepared, response, prep_s, shown, in_flight), response)
+
+
+class StreamReplay(SessionReplay):
+    """A streaming system (``apm.runner.streaming``): each session is begun from the state exported
+    before it, fed its frames and turns in wall-clock order with each probe answered at its time, and
+    exported. One session replays at a time per run (the system keeps in-session state on itself);
+    every restricted (EA) instance is answered apart, by a fresh copy of the system fed only its visible
+    sessions (docs/streaming-systems.md, "Restricted instances (EA)").
+
+    Resume: a session's in-session state is never saved, so a crash loses it. A rerun keeps the states
+    on record only up to the first session with an instance not on record, and replays every session
+    from there (from its start, so its state is rebuilt exactly), answering only what is not on record."""
+
+    def __init__(self, run: OnlineRun, system: StreamingSystem) -> None:
+        super().__init__(run)
+        self.system = system
+        self.lock = asyncio.Lock()
+        """A system holds one session's state at a time."""
+
+    def held_back(self, traj: Trajectory, inst: Instance) -> bool:
+        return streaming.restricted(traj, inst)
+
+    def resume_at(self, recorded: list[dict[str, Any]], instances: list[list[Instance]],
+                  on_record: OnRecordByKey) -> int:
+        return streaming.first_replay(recorded, instances, on_record)
+
+    async def session(self, traj: Trajectory, session: Session, state_dir: Path, todo: list[Instance],
+                      shown: dict[str, Any], prior_seconds: int, update: bool) -> dict[str, Any]:
+        """One session through the system: begin, observe and answer in time order, export. Every
+        session before :meth:`resume_at` has all its instances on record, so each replayed one updates."""
+        assert update, "a streaming session is replayed whole or not at all (resume_at)"
+        async with self.lock, self.run.slots:
+            updates = await self.stream_session(self.system, traj, session, state_dir, todo, shown)
+            began = time.perf_counter()
+            facts = await self.system.export(state_dir)
+            update_s = time.perf_counter() - began
+            facts = {**facts, "observe_s": updates.total}
+            return await self.run.memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
+
+    async def stream_session(self, system: StreamingSystem, traj: Trajectory, session: Session, state_dir: Path,
+                             todo: list[Instance], shown: dict[str, Any]) -> streaming.UpdateClock:
+        """Begin ``session`` from ``state_dir``, observe its frames and turns and answer ``todo`` in time
+        order; the session's updates (``observe_s``)."""
+        s = self.run.setup
+        try:
+            frames, unseen = await asyncio.to_thread(session_frames, s.cache, session, streaming.EVERY_FRAME), None
+        except VideoDecodeError as e:  # streamed without its video: its probes record why, the trajectory goes on
+            frames, unseen = (), f"preparation failed: {type(e).__name__}: {e}"
+        events = streaming.stream_events(session, frames, session_interactions(s.release, traj, session))
+        probes = sorted(todo, key=lambda i: (i.probe_time, i.key))
+        updates = streaming.UpdateClock()
+        channel = streaming.reference_channel(s.backbone, todo)
+        await system.begin(SessionContext(traj, session, state_dir, channel, s.writer))
+        for at, event in events:
+            while probes and probes[0].probe_time < at:
+                await self.answer_probe(system, traj, probes.pop(0), updates, shown, unseen)
+            observed = system.observe_frame(event) if isinstance(event, Frame) else system.observe_turn(event)
+            await updates.timed(observed)
+        for inst in probes:
+            await self.answer_probe(system, traj, inst, updates, shown, unseen)
+        return updates
+
+    async def answer_probe(self, system: StreamingSystem, traj: Trajectory, inst: Instance,
+                           updates: streaming.UpdateClock, shown: dict[str, Any], unseen: str | None) -> None:
+        """Ask the system one instance (as :func:`apm.data.instances.instance_view`: no annotations) from
+        its current state and keep the record (``unseen``: why the session's video could not be
+        streamed; the instance records it without being asked)."""
+        run, s = self.run, self.run.setup
+        began = time.perf_counter()
+        in_flight = 0
+        if unseen is not None:
+            answer = Answer(Response(error=unseen, attempts=0))
+        else:
+            with run.sending() as in_flight:
+                refusals: list[CausalityError] = []
+                compose = partial(streaming.compose_request, s, traj, inst, refusals)
+                try:
+                    probe = Probe(instance_view(inst), traj, compose)
+                    answer = await streaming.ask(system, probe)
+                    sent = answer.request.frames if answer.request is not None else ()
+                    check_shown(traj, inst, History(), (*answer.frames, *sent))
+                    if refusals:
+                        raise refusals[0]
+                except CausalityError as e:  # refused: an error on its record, and the run exits non-zero
+                    answer = Answer(run.refuse(e))
+        wall = time.perf_counter() - began
+        run.keep(streaming.streaming_record(s, inst, traj, answer, wall, updates, shown, in_flight), answer.response)
+
+    async def answer_held_back(self, traj: Trajectory, instances: list[Instance], on_record: OnRecordByKey) -> None:
+        """Answer restricted instances, per visible set, from a fresh copy of the system that was fed the
+        set's completed sessions alone, from an empty state; the state after them is cached per visible
+        set, so a rerun rebuilds it only when it is gone or changed."""
+        groups: dict[tuple[str, ...], list[Instance]] = {}
+        for inst in instances:
+            groups.setdefault(inst.visible_sessions, []).append(inst)
+        for visible, group in groups.items():
+            state_dir = streaming.visible_state_dir(self.run.setup, traj, visible)
+            system = self.run.setup.fresh_system()
+            async with self.lock, self.run.slots:
+                shown = await self.build_visible_state(system, traj, visible[:-1], state_dir)
+            todo = self.run.todo(group, on_record, shown)
+            if todo:
+                async with self.lock, self.run.slots:
+                    await self.stream_session(system, traj, traj.session(visible[-1]), state_dir, todo, shown)
+
+    async def build_visible_state(self, system: StreamingSystem, traj: Trajectory, sessions: tuple[str, ...],
+                                  state_dir: Path) -> dict[str, Any]:
+        """The state ``system`` exports after ``sessions`` alone, as a memory line's ``bytes`` and
+        ``state_sha256``: the cached one if ``state_dir`` still holds it whole, else built again."""
+        held = await asyncio.to_thread(streaming.cached_visible_state, state_dir)
+        if held is None:
+            for key in sessions:
+                await self.stream_session(system, traj, traj.session(key), state_dir, [], NO_MEMORY)
+                await system.export(state_dir)
+            held = await asyncio.to_thread(streaming.keep_visible_state, state_dir)
+        return {"bytes": sum(entry["bytes"] for entry in held.values()), "state_sha256": manifest_sha256(held)}

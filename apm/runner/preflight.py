@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from apm.data.instances import Instance
 from apm.data.model import Trajectory
 from apm.runner.request import largest_request
-
-if TYPE_CHECKING:
-    from apm.runner.online import RunSetup
+from apm.runner.setup import RunSetup
 
 
 async def preflight(setup: RunSetup, trajectories: list[Trajectory], instances: list[Instance], *,

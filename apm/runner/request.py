@@ -10,7 +10,6 @@ the paper describes, with what was left out in the record's ``truncation``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from apm.backbones.base import FramePart, Request, Truncation
 from apm.backbones.guard import text_chars
@@ -21,9 +20,7 @@ from apm.data.model import Trajectory
 from apm.memory.base import MemoryProtocol
 from apm.runner.causality import check_shown
 from apm.runner.context import Prepared, prepare
-
-if TYPE_CHECKING:
-    from apm.runner.online import RunSetup
+from apm.runner.setup import RunSetup
 
 
 def state_dir_of(setup: RunSetup, trajectory: Trajectory) -> Path:

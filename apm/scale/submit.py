@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from apm.configs import CONF_DIR
 from apm.errors import OneLineParser, console_script
-from apm.runner import ledger
+from apm.runner import app, ledger
 from apm.runner.app import check_engine_urls, run_dir_of
 from apm.runner.config import ConfigError
 from apm.scale import scheduler
@@ -50,10 +50,8 @@ class RunShard:
     """What each array task calls: ``apm-run OVERRIDES`` in this process; requeued, it resumes."""
 
     def __call__(self, overrides: list[str]) -> None:
-        from apm.runner.app import main
-
         sys.argv = ["apm-run", *overrides]
-        main()
+        app.main()
 
     def checkpoint(self, overrides: list[str]) -> Any:
         """Called by submitit on the warning signal: rerun the same overrides (records are skipped)."""
