@@ -19,6 +19,7 @@ with every instance that saw it (docs/records.md, "Resume checks the memory stat
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import time
 from collections import defaultdict
@@ -217,8 +218,9 @@ class OnlineRun:
             todo = self.todo(instances[session.index], on_record, shown)
             prior_seconds += session.duration
             update = session.index >= kept
-            line = await method.session(traj, session, state_dir, todo, shown, prior_seconds, update) \
-                if todo or update else None
+            line = None
+            if todo or update:
+                line = await method.session(traj, session, state_dir, todo, shown, prior_seconds, update)
             shown = recorded[session.index] if line is None else line
         held_back = [i for insts in everything for i in insts if method.held_back(traj, i)]
         if held_back:
@@ -233,7 +235,7 @@ class OnlineRun:
         return todo
 
     async def memory_line(self, traj: Trajectory, session: Session, state_dir: Path, prior_seconds: int,
-                           update_s: float, facts: dict[str, Any]) -> dict[str, Any]:
+                          update_s: float, facts: dict[str, Any]) -> dict[str, Any]:
         """Measure the state a session's update left and append its memory line (returned)."""
         s = self.setup
         state = await asyncio.to_thread(state_manifest, state_dir)
@@ -281,8 +283,8 @@ class OnlineRun:
         self._fail_fast.observe(response)
 
 
-class SessionReplay:
-    """How a kind of method goes through the loop's sessions; the base is what every method shares."""
+class SessionReplay(abc.ABC):
+    """How a kind of method goes through the loop's sessions; the defaults are what every method shares."""
 
     def __init__(self, run: OnlineRun) -> None:
         self.run = run
@@ -297,15 +299,16 @@ class SessionReplay:
         instance is answered from the state on disk, whatever session it is in)."""
         return len(recorded)
 
+    @abc.abstractmethod
     async def session(self, traj: Trajectory, session: Session, state_dir: Path, todo: list[Instance],
                       shown: dict[str, Any], prior_seconds: int, update: bool) -> dict[str, Any] | None:
         """Answer ``todo`` (each shown ``shown``) and, with ``update``, run the session's update and
         return its memory line (None: no update; the line on record stands)."""
-        raise NotImplementedError
 
     async def answer_held_back(self, traj: Trajectory, instances: list[Instance], on_record: OnRecordByKey) -> None:
-        """Answer the instances :meth:`held_back` kept out of the sessions."""
-        raise NotImplementedError
+        """Answer the instances :meth:`held_back` kept out of the sessions (a kind that holds none back
+        is never asked)."""
+        raise NotImplementedError(f"{type(self).__name__} holds no instance back")
 
 
 class ProtocolReplay(SessionReplay):
