@@ -1,9 +1,11 @@
 """Command-line errors as one line: ``<prog>: error: <what>`` on stderr and a non-zero exit, never a
-traceback unless one is asked for (``--debug``; for the Hydra apps also ``HYDRA_FULL_ERROR=1``)."""
+traceback unless one is asked for (``--debug``; for the Hydra apps also ``HYDRA_FULL_ERROR=1``); a
+config typo names the nearest option or key, and ``--verbose`` shows an error's whole message."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import os
 import sys
@@ -13,6 +15,8 @@ from typing import NoReturn, Protocol
 from apm.records.redact import redact
 
 DEBUG_FLAG = "--debug"
+VERBOSE_FLAG = "--verbose"
+"""Show an error's whole message (Hydra's search path and option lists included), without the traceback."""
 MAX_CHARS = 1000
 """An error line longer than this (a pasted value, most likely) is cut, so it stays one readable line."""
 DETAIL_PREFIXES = ("full_key:", "object_type=", "reference_type=", "Set the environment variable HYDRA_FULL_ERROR")
@@ -20,8 +24,11 @@ DETAIL_PREFIXES = ("full_key:", "object_type=", "reference_type=", "Set the envi
 
 
 def one_line(error: BaseException) -> str:
-    """An exception as one line: its message's lines joined by ``; `` (and its cause's first line, when
-    the message does not say it already), a built-in exception's type named."""
+    """An exception as one line: a config typo as the nearest names (:func:`config_hint`), else its
+    message's lines joined by ``; `` (and its cause's first line, when the message does not say it
+    already), a built-in exception's type named."""
+    if hint := config_hint(error):
+        return hint
     parts = _lines(str(error))
     cause = error.__cause__
     if cause is not None and _lines(str(cause)) and _lines(str(cause))[0] not in parts:
@@ -33,20 +40,47 @@ def one_line(error: BaseException) -> str:
     return text if len(text) <= MAX_CHARS else text[: MAX_CHARS - 3] + "..."
 
 
+def config_hint(error: BaseException) -> str | None:
+    """A config-group option or config key that does not exist (Hydra's ``MissingConfigException``, or a
+    composition error caused by OmegaConf's unknown key) as one line naming the nearest (difflib); None
+    for any other error. Read from the exceptions' attributes, so nothing here imports Hydra."""
+    options, missing = getattr(error, "options", None), getattr(error, "missing_cfg_file", None)
+    if isinstance(missing, str) and isinstance(options, list):
+        group, _, name = missing.rpartition("/")
+        return f"{group}={name}: no such option ({_nearest(name, options, '')}); {VERBOSE_FLAG} shows Hydra's message"
+    cause = error.__cause__
+    key, parent = getattr(cause, "key", None), getattr(cause, "parent_node", None)
+    if isinstance(key, str) and parent is not None and callable(getattr(parent, "keys", None)):
+        full = str(getattr(cause, "full_key", None) or key)
+        where = full.rpartition(".")[0]
+        names = [str(k) for k in parent.keys() if k != "hydra" and not str(k).startswith("_")]
+        return (f"{full}: no such key ({_nearest(key, names, f'{where}.' if where else '')}; +{full}=... adds a "
+                f"new one); {VERBOSE_FLAG} shows Hydra's message")
+    return None
+
+
+def _nearest(name: str, names: list[str], prefix: str) -> str:
+    near = difflib.get_close_matches(name, names, n=3)
+    if near:
+        return "did you mean " + " or ".join(prefix + n for n in near) + "?"
+    return f"one of {', '.join(prefix + n for n in sorted(names))}"
+
+
 def _lines(message: str) -> list[str]:
     stripped = (line.strip() for line in message.splitlines())
     return [line for line in stripped if line and not line.startswith(DETAIL_PREFIXES)]
 
 
-def take_debug_flag(argv: list[str]) -> tuple[list[str], bool]:
-    """``argv`` without ``--debug``, and whether it was there."""
-    return [a for a in argv if a != DEBUG_FLAG], DEBUG_FLAG in argv[1:]
+def take_debug_flag(argv: list[str], flag: str = DEBUG_FLAG) -> tuple[list[str], bool]:
+    """``argv`` without ``flag`` (``--debug``), and whether it was there."""
+    return [a for a in argv if a != flag], flag in argv[1:]
 
 
 def guarded(prog: str, call: Callable[[], int | None], debug: bool,
-            usage: tuple[type[BaseException], ...] = ()) -> int:
-    """``call()``'s exit status; an exception is one line on stderr and status 2 (a ``usage`` error:
-    the command or its config is wrong) or 1 — or, with ``debug``, raised with its traceback."""
+            usage: tuple[type[BaseException], ...] = (), verbose: bool = False) -> int:
+    """``call()``'s exit status; an exception is one line on stderr (``verbose``: its whole message) and
+    status 2 (a ``usage`` error: the command or its config is wrong) or 1 — or, with ``debug``, raised
+    with its traceback."""
     try:
         return call() or 0
     except KeyboardInterrupt:
@@ -55,7 +89,7 @@ def guarded(prog: str, call: Callable[[], int | None], debug: bool,
     except Exception as e:
         if debug:
             raise
-        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        print(f"{prog}: error: {redact(str(e)) if verbose else one_line(e)}", file=sys.stderr)
         return 2 if isinstance(e, usage) else 1
 
 
@@ -79,7 +113,8 @@ def console_script(prog: str, usage: tuple[type[BaseException], ...] = ()) -> Ca
         @functools.wraps(main)
         def run(argv: Sequence[str] | None = None) -> int:
             args, debug = take_debug_flag([prog, *(sys.argv[1:] if argv is None else argv)])
-            return guarded(prog, lambda: main(args[1:]), debug, usage)
+            args, verbose = take_debug_flag(args, VERBOSE_FLAG)
+            return guarded(prog, lambda: main(args[1:]), debug, usage, verbose)
         return run
     return wrap
 
@@ -111,6 +146,7 @@ def hydra_guarded(prog: str, app: Callable[[], None], usage: tuple[type[BaseExce
     multi-line report; ``--debug`` (taken out of ``sys.argv``) or ``HYDRA_FULL_ERROR=1`` shows the traceback;
     an unknown flag is one line, exit 2."""
     sys.argv, debug = take_debug_flag(sys.argv)
+    sys.argv, verbose = take_debug_flag(sys.argv, VERBOSE_FLAG)
     if unknown := unknown_hydra_flags(sys.argv[1:]):
         print(f"{prog}: error: unrecognized arguments: {redact(' '.join(unknown))} (--help lists them)",
               file=sys.stderr)
@@ -120,7 +156,8 @@ def hydra_guarded(prog: str, app: Callable[[], None], usage: tuple[type[BaseExce
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         # _raise_held returns None by design: the call's status is None unless it raises
-        return guarded(prog, lambda: _raise_held(app()), debug, usage)  # type: ignore[func-returns-value]
+        return guarded(prog, lambda: _raise_held(app()), debug, usage,  # type: ignore[func-returns-value]
+                       verbose)
     finally:
         if before is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)

@@ -18,8 +18,9 @@
 #
 # Reads `scores.csv` (written by `apm-reduce RUN_DIR... --out OUT`) and the runs' records, draws the
 # paper's figures, drills into one task and shows the failing instances with their outputs and
-# frames. Set `APM_RUNS` (run dirs, `:`-separated), `APM_REDUCE_OUT` (the `--out` folder) and
-# `APM_TASK` (a task code) before running, or edit the cell below.
+# frames. By default it reads `make demo`'s output (`demo-out/runs` and `demo-out/report`, from the
+# checkout's root or from `notebooks/`); set `APM_RUNS` (run dirs, `:`-separated), `APM_REDUCE_OUT`
+# (the `--out` folder) and `APM_TASK` (a task code) before running, or edit the cell below.
 
 # %%
 # %matplotlib inline
@@ -32,8 +33,9 @@ from IPython.display import Markdown, display
 from apm.reduce import figures, load_runs, read_scores, render, tables
 from apm.reduce.units import candidate_units
 
-RUNS = [Path(p) for p in os.environ.get("APM_RUNS", "runs").split(":")]
-OUT = Path(os.environ.get("APM_REDUCE_OUT", "out"))
+DEMO = next((p for p in (Path("demo-out"), Path("..") / "demo-out") if p.is_dir()), Path("demo-out"))
+RUNS = [Path(p) for p in os.environ.get("APM_RUNS", str(DEMO / "runs")).split(":")]
+OUT = Path(os.environ.get("APM_REDUCE_OUT", DEMO / "report"))
 TASK = os.environ.get("APM_TASK", "ERA")
 pd.set_option("display.max_colwidth", 120)
 

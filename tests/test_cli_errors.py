@@ -142,6 +142,37 @@ CASES: dict[str, Callable[[Made, Path], dict]] = {
     "apm-run: missing engine (vLLM)": lambda m, t: {
         "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}",
                  "backbone=tiny_qwen2vl_vllm_offline", *LIMIT)},
+    "apm-run: missing engine (vLLM server, no such python)": lambda m, t: {
+        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}",
+                 "backbone=tiny_qwen2vl_vllm", *LIMIT),
+        "env": {"APM_VLLM_PYTHON": str(t / "no-vllm" / "python")}, "says": "is not an executable Python"},
+    "apm-run: missing engine (vLLM server, no vllm on PATH)": lambda m, t: {
+        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}",
+                 "backbone=tiny_qwen2vl_vllm", "backbone.python=null", *LIMIT),
+        "env": {"PATH": str(Path(sys.executable).parent)},
+        "says": "'vllm' is not installed (not on PATH); pip install vllm"},
+    "apm-run: a task that is none": lambda m, t: {
+        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[EAR]",
+                 *LIMIT), "says": "dataset.tasks: 'EAR' is no task (did you mean ERA?)"},
+    "apm-run: a selection of nothing": lambda m, t: {
+        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[EA]",
+                 "dataset.include_ea=false", *LIMIT),
+        "says": "dataset.tasks=[EA] dataset.include_ea=false dataset.limit=6 selects no instance of shard-0-of-1"},
+    "apm-run: no tasks": lambda m, t: {
+        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[]",
+                 *LIMIT), "says": "selects no instance"},
+    "apm-run: shard.count=0": lambda m, t: {
+        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "shard.count=0", *LIMIT),
+        "says": "shard.count=0: give at least 1"},
+    "apm-run: shard.index past the count": lambda m, t: {
+        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "shard.count=2",
+                 "shard.index=2", *LIMIT), "says": "shard.index=2: give 0..1 for shard.count=2"},
+    "apm-run: config group typo": lambda m, t: {
+        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "memory=raw_vide"),
+        "says": "memory=raw_vide: no such option (did you mean raw_video?"},
+    "apm-run: unknown key": lambda m, t: {
+        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.limt=3"),
+        "says": "dataset.limt: no such key (did you mean dataset.limit?"},
     "apm-judge: no run dir": lambda m, t: {"args": ("apm.judge.cli", "judge=gate_only")},
     "apm-judge: override error": lambda m, t: {"args": ("apm.judge.cli", str(_copy_run(m, t)), "judge=no_such_judge")},
     "apm-judge: damaged config.json": lambda m, t: {
@@ -164,7 +195,13 @@ CASES: dict[str, Callable[[Made, Path], dict]] = {
         "args": ("apm.scale.submit", f"dataset.root={m.release}", f"output_root={t / 'out'}", "hydra/launcher=slurm",
                  f"hydra.launcher.submitit_folder={t / 'submitit'}", *LIMIT),
         "env": {"PATH": str(Path(sys.executable).parent)}},  # CI's SLURM client lives in /usr/bin
+    "apm-submit: shard.count=0": lambda m, t: {
+        "args": ("apm.scale.submit", f"dataset.root={m.release}", f"output_root={t / 'out'}", "shard.count=0",
+                 "--dry-run", *LIMIT), "says": "shard.count=0: give at least 1"},
     "apm-reduce: no --out": lambda m, t: {"args": ("apm.reduce.cli", str(m.root))},
+    "apm-reduce: a judge that judged nothing": lambda m, t: {
+        "args": ("apm.reduce.cli", str(m.root), "--out", str(t / "report"), "--judge", "gate_onyl",
+                 "--allow-unjudged"), "says": "--judge gate_onyl: no judgement on record has it"},
     "apm-reduce: --compare a folder of two methods": lambda m, t: {
         "args": ("apm.reduce.cli", "--compare", str(m.root), str(m.runs[0]), "--out", str(t / "report"))},
     "apm-publish: no run dir given": lambda m, t: {"args": ("apm.publish.cli",)},

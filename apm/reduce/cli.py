@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import time
@@ -50,6 +51,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--wandb-mode", default=os.environ.get("WANDB_MODE", "offline"),
                    choices=["online", "offline", "disabled"], help="default: $WANDB_MODE, else offline")
     return p
+
+
+def unmatched_preference(judgements: pd.DataFrame, judge: str | None, rubric: str | None) -> str | None:
+    """Why ``--judge`` / ``--rubric`` selects no judgement on record (a typo would silently fall back to
+    the others), naming what is on record and the nearest; None when each matches some judgement."""
+    for flag, column, wanted in (("--judge", "judge", judge), ("--rubric", "rubric_version", rubric)):
+        present = sorted({str(v) for v in judgements[column].dropna()}) if column in judgements else []
+        if wanted is not None and str(wanted) not in present:
+            near = difflib.get_close_matches(str(wanted), present, n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            return (f"{flag} {wanted}: no judgement on record has it (on record: {', '.join(present) or 'none'}"
+                    f"{hint})")
+    return None
 
 
 def coverage_warnings(scores: pd.DataFrame) -> list[str]:
@@ -116,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = load_runs(args.runs, args.judge, args.rubric) if args.runs else None
         if runs is not None:
             one_release(runs.records)
+            if unmatched := unmatched_preference(runs.judgements, args.judge, args.rubric):
+                print(f"{PROG}: {unmatched}; nothing written", file=sys.stderr)
+                return 2
         unjudged = unjudged_probes(runs.records, runs.judgements) if runs is not None else 0
         if unjudged and not args.allow_unjudged:
             print(f"apm-reduce: {unjudged} gate-passing adaptive probe(s) have no judgement (none, a failed one, or "

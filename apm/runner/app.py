@@ -13,6 +13,7 @@ check leaves nothing behind (Hydra's own job folder is removed again) and ``apm-
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import logging
 import math
@@ -20,7 +21,7 @@ import os
 import shutil
 import sys
 from collections import defaultdict, deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,6 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from tqdm import tqdm
 
 from apm.backbones.base import GenerationSettings, as_backbone
 from apm.backbones.openai_api import EndpointError, url_credentials_problem
@@ -42,9 +42,11 @@ from apm.data.instances import Instance, release_instances
 from apm.data.model import Trajectory
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
+from apm.data.tasks import EA, TASKS
 from apm.errors import hold, hydra_guarded
 from apm.judge.stage import JudgeStage
 from apm.live.wandb_sink import WandbSink
+from apm.live.progress import job_progress
 from apm.prompts import PROMPT_VERSION
 from apm.records.atomic import write_json_atomically
 from apm.records.declaration import run_declarations
@@ -53,6 +55,7 @@ from apm.records.redact import ENV_NAME, redact_data, redact_logging, register_c
 from apm.runner import latency, ledger, manifest
 from apm.runner.code import code_identity, code_parts, what_changed
 from apm.runner.config import (
+    SUBSET_KEYS,
     ConfigError,
     Rerun,
     check_arguments,
@@ -68,6 +71,7 @@ from apm.runner.setup import RunSetup, frame_budget
 from apm.runner.shard_lock import holding_shard
 from apm.runner.shards import shard_trajectories
 from apm.runner.stops import check_answered, check_causal_run
+from apm.runner.summary import score_summary
 from apm.video.cache import FrameCache
 
 log = logging.getLogger("apm.run")
@@ -198,11 +202,56 @@ def subset(instances: list[Instance], limit: int | None) -> list[Instance]:
     return [i for i in instances if i.key in chosen]
 
 
+def check_shard(index: int, count: int) -> None:
+    """Refuse a shard that cannot exist, in the config's own terms."""
+    if count < 1:
+        raise ConfigError(f"shard.count={count}: give at least 1 (the number of shards the trajectories are "
+                          "split into)")
+    if not 0 <= index < count:
+        raise ConfigError(f"shard.index={index}: give 0..{count - 1} for shard.count={count}")
+
+
+def check_tasks(tasks: list[str] | None) -> None:
+    """Refuse a ``dataset.tasks`` entry that names no task (it would select nothing), with the nearest name."""
+    known = (*TASKS, EA)
+    for task in tasks or ():
+        if task not in known:
+            near = difflib.get_close_matches(str(task).upper(), known, n=1)
+            hint = f"did you mean {near[0]}?" if near else f"tasks are {', '.join(known)}"
+            raise ConfigError(f"dataset.tasks: {task!r} is no task ({hint})")
+
+
+def selection_settings(cfg: DictConfig, keys: Iterable[str] = ("tasks", "include_ea", *SUBSET_KEYS)) -> list[str]:
+    """The ``dataset`` settings among ``keys`` that choose part of the release (``dataset.tasks=[ER]``), as
+    typed on a command line."""
+    d = cfg.dataset
+    chosen = {"tasks": d.tasks, "include_ea": None if d.include_ea else False, "trajectories": d.trajectories,
+              "limit": d.limit}
+    return [f"dataset.{k}={_typed(chosen[k])}" for k in keys if chosen[k] is not None]
+
+
+def subset_of(cfg: DictConfig, plan: ShardPlan) -> list[str]:
+    """The settings (``dataset.limit``, ``dataset.trajectories``) by which this job runs only part of its
+    shard; empty when it runs all of it. Every output of such a job says so."""
+    if len(plan.run_instances) == len(plan.instances):
+        return []
+    return selection_settings(cfg, sorted(SUBSET_KEYS))
+
+
+def _typed(value: Any) -> str:
+    if OmegaConf.is_list(value) or isinstance(value, list):
+        return f"[{','.join(map(str, value))}]"
+    return str(value).lower()
+
+
 def shard_plan(cfg: DictConfig, release: Any) -> ShardPlan:
-    """This shard's trajectories and instances, and the part ``dataset.limit`` / ``dataset.trajectories`` picks."""
+    """This shard's trajectories and instances, and the part ``dataset.limit`` / ``dataset.trajectories`` picks;
+    a selection that picks no instance is refused (a run of nothing would succeed and score nothing)."""
+    check_shard(cfg.shard.index, cfg.shard.count)
+    check_tasks(cfg.dataset.tasks)
     trajectories = shard_trajectories(release.trajectories, cfg.shard.index, cfg.shard.count)
     chosen = {t.trajectory_id for t in trajectories}
-    tasks = set(cfg.dataset.tasks) if cfg.dataset.tasks else None
+    tasks = set(cfg.dataset.tasks) if cfg.dataset.tasks is not None else None
     everything = [
         i for i in release_instances(release)
         if (tasks is None or i.task in tasks) and (cfg.dataset.include_ea or i.task != "EA")
@@ -213,6 +262,11 @@ def shard_plan(cfg: DictConfig, release: Any) -> ShardPlan:
         raise ConfigError(f"dataset.trajectories: {', '.join(sorted(wanted - chosen))} not in this shard "
                           f"(shard-{cfg.shard.index}-of-{cfg.shard.count} has {', '.join(sorted(chosen))})")
     run_instances = subset([i for i in instances if i.trajectory_id in wanted], cfg.dataset.limit)
+    if not run_instances:
+        label = f"shard-{cfg.shard.index}-of-{cfg.shard.count}"
+        why = " ".join(selection_settings(cfg)) or f"shard.count={cfg.shard.count}"
+        raise ConfigError(f"{why} selects no instance of {label} ({len(trajectories)} of the release's "
+                          f"{len(release.trajectories)} trajectories); nothing to run")
     running = {i.trajectory_id for i in run_instances}
     return ShardPlan(trajectories, instances, [t for t in trajectories if t.trajectory_id in running], run_instances,
                      len(everything))
@@ -231,13 +285,16 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
     code = code_identity(code_parts(cfg))
     for engine in {id(backbone): backbone, id(writer): writer}.values():
         engine.log_into(str(run_dir / "jobs" / shard_label))  # a served engine logs into the run
+    plan = shard_plan(cfg, release)
+    subset = subset_of(cfg, plan)
     setup = RunSetup(
         release=release,
         run_dir=run_dir,
         run_info={"dataset": cfg.dataset.name, "memory": protocol.name, "backbone": backbone.name,
                   "config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
                   "code": code, **method_identity(cfg),
-                  **run_declarations(protocol, backbone, writer if cfg.writer is not None else None)},
+                  **run_declarations(protocol, backbone, writer if cfg.writer is not None else None),
+                  **({"subset": subset} if subset else {})},
         protocol=protocol,
         backbone=backbone,
         writer=writer,
@@ -252,7 +309,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
         latency_mode=cfg.latency_mode,
         wait_for_lock=cfg.shard.wait_for_lock,
     )
-    return setup, shard_plan(cfg, release)
+    return setup, plan
 
 
 async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
@@ -261,6 +318,10 @@ async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
     ``strict`` (``apm-run``): a job whose every instance failed raises ``RunStopped`` after it ends; a
     job that refused an instance for causality always does (``apm.runner.causality``)."""
     setup, plan = build_setup(cfg)
+    if subset := setup.run_info.get("subset"):
+        print(f"apm-run: warning: {' '.join(subset)}: this job runs {len(plan.run_instances)} of {setup.shard_label}'s "
+              f"{len(plan.instances)} instances; its scores are not the benchmark's (apm-status shows the shard "
+              "partial, apm-reduce marks the method partial)", file=sys.stderr)
     if cfg.rerun != Rerun.all:
         refuse_other_code(cfg, setup, plan)
     async with _started(setup.backbone), _started(setup.writer if setup.writer is not setup.backbone else None):
@@ -268,6 +329,9 @@ async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
                         warm_up=cfg.latency_mode)
         stats, tally = await _recorded_run(cfg, setup, plan)
     print(closing_line(setup, stats, plan))
+    on_record = latest_records(setup.run_dir / "records")
+    print(score_summary([on_record[i.key] for i in plan.run_instances if i.key in on_record],
+                        " ".join(setup.run_info.get("subset", []))))
     check_causal_run(stats.refused)
     if strict:
         check_answered(tally.new, tally.errors, tally.first_error)
@@ -317,8 +381,8 @@ async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tupl
                        selected=len(plan.run_instances), population=plan.population)
     sink = _wandb_sink(cfg, setup)
     tally = _Tally(sink)
-    progress = tqdm(total=len(plan.run_instances), desc=f"{setup.run_info['memory']} · {setup.run_info['backbone']}",
-                    unit="inst", disable=not cfg.logging.progress, dynamic_ncols=True)
+    progress = job_progress(len(plan.run_instances), f"{setup.run_info['memory']} · {setup.run_info['backbone']}",
+                            lambda: tally.errors, cfg.logging.progress, cfg.logging.progress_every_s)
     stats = None
     try:
         stats = await OnlineRun(setup, on_record=tally, progress=progress).run(plan.run_trajectories,
@@ -417,8 +481,8 @@ def closing_line(setup: RunSetup, stats: RunStats, plan: ShardPlan) -> str:
     import time
 
     took = time.perf_counter() - stats.started
-    part = f" (a subset: {len(plan.run_instances)} of the shard's {len(plan.instances)})" \
-        if len(plan.run_instances) < len(plan.instances) else ""
+    subset = " ".join(setup.run_info.get("subset", []))
+    part = f" (a subset, {subset}: {len(plan.run_instances)} of the shard's {len(plan.instances)})" if subset else ""
     return (f"apm-run: {setup.run_dir} · {setup.shard_label}: {stats.total} instances{part} "
             f"({stats.skipped} already on record, {stats.new} new, {stats.errors} errors), "
             f"{stats.sessions_updated} memory updates, {took:.1f} s")

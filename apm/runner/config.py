@@ -85,6 +85,8 @@ class WandbConfig:
 @dataclass
 class LoggingConfig:
     progress: bool = True
+    progress_every_s: float = 30.0
+    """When stderr is not a terminal (a SLURM log), a plain progress line this often instead of a bar."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 

@@ -2,9 +2,10 @@
 
 A shard with every instance of its plan on record is ``done``, or ``done with errors`` when some of
 those records are errors or some of its memory updates failed (rerun them with ``rerun=errors``);
-a shard that ran only a subset (``dataset.limit``) is not done. A shard of the run's shard count that
-never started (no plan, no records) is listed as ``missing``, and the summary gives the whole plan's
-totals (``population`` of the plans: every shard together).
+a shard whose last job finished a subset of it (``dataset.limit``) is ``partial``: not done, not
+failed. A shard of the run's shard count that never started (no plan, no records) is listed as
+``missing``, and the summary gives the whole plan's totals (``population`` of the plans: every shard
+together).
 
 Progress comes from the records and each shard's ``plan.json``; the job's state from SLURM (``squeue``,
 ``sacct``) when it is there, else from the ledger the submitter and the runner write. So it works
@@ -34,6 +35,9 @@ FAILED = {"failed", "cancelled", "timeout", "out_of_memory", "node_fail", "preem
 """Shard states that need a resubmission."""
 DONE, DONE_WITH_ERRORS = "done", "done with errors"
 """Every instance on record: all answered, or some of them errors (an endpoint that refused them, say)."""
+PARTIAL = "partial"
+"""The shard's last job finished a try of part of it (``dataset.limit``, ``dataset.trajectories``): not done,
+not failed; the full run (``apm-submit`` submits it) adds the rest."""
 MISSING = "missing"
 """A shard of the run's shard count with neither plan nor records: never started."""
 
@@ -165,6 +169,8 @@ def shard_status(root: Path, run_dir: Path, shard: str, last: dict[str, bool], s
     mem_errors = sum((failed_updates or Counter())[t] for t in (plan or {}).get("trajectories", ()))
     if total is not None and done >= total:
         state = DONE_WITH_ERRORS if errors or mem_errors else DONE
+    elif _finished_try(plan, events, sched):
+        state = PARTIAL
     elif sched is not None and sched != "COMPLETED":
         state = sched.lower()
     elif sched == "COMPLETED":
@@ -179,6 +185,14 @@ def shard_status(root: Path, run_dir: Path, shard: str, last: dict[str, bool], s
         duplicates=sum(1 for k in keys if seen[k] > 1), job_id=job_id, eta_s=eta, memory_errors=mem_errors,
         population=(plan or {}).get("population"),
     )
+
+
+def _finished_try(plan: dict[str, Any] | None, events: list[dict[str, Any]], sched: str | None) -> bool:
+    """Whether the shard's last job ran a subset of its plan and finished it (its plan ``selected`` fewer)."""
+    if plan is None or plan.get("selected") is None or plan["selected"] >= plan["instances"]:
+        return False
+    last = events[-1] if events else {}
+    return last.get("event") == "ended" and last.get("status") == "finished" and sched in (None, "COMPLETED")
 
 
 def _run_name(root: Path, run_dir: Path) -> str:

@@ -29,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 from apm.configs import CONF_DIR
 from apm.errors import OneLineParser, console_script
 from apm.runner import app, ledger
-from apm.runner.app import check_engine_urls, run_dir_of
+from apm.runner.app import check_engine_urls, check_shard, run_dir_of
 from apm.runner.config import ConfigError
 from apm.scale import scheduler
 from apm.scale.status import last_job_id, record_counts, shard_status
@@ -97,6 +97,7 @@ def expand(overrides: Sequence[str]) -> tuple[list[ShardJob], dict[str, Any]]:
         check_engine_urls(cfg)  # before a job file, pickle or ledger line holds the overrides
         launcher = launcher or cast(dict[str, Any], OmegaConf.to_container(cfg.hydra.launcher, resolve=True))
         given = any(o.split("=", 1)[0].lstrip("+~") == "shard.index" for o in combo)
+        check_shard(cfg.shard.index if given else 0, cfg.shard.count)
         indices = [cfg.shard.index] if given else range(cfg.shard.count)
         for i in indices:
             extra = [] if given else [f"shard.index={i}"]
@@ -136,6 +137,34 @@ def pending(jobs: list[ShardJob]) -> tuple[list[ShardJob], list[tuple[ShardJob, 
     return todo, skipped
 
 
+def gpus_per_job(launcher: dict[str, Any]) -> int:
+    """GPUs one array task asks for: ``gpus_per_task`` × tasks × nodes, else ``gpus_per_node`` × nodes."""
+    nodes = launcher.get("nodes") or 1
+    if launcher.get("gpus_per_task"):
+        return int(launcher["gpus_per_task"]) * int(launcher.get("tasks_per_node") or 1) * int(nodes)
+    return int(launcher.get("gpus_per_node") or 0) * int(nodes)
+
+
+def request_totals(count: int, launcher: dict[str, Any]) -> str:
+    """What ``count`` jobs ask of the cluster at most: GPUs, hours of wall time and GPU-hours (each job's
+    ``timeout_min``; requeues after a time-out can add up to ``max_num_timeout`` times that)."""
+    gpus, hours = gpus_per_job(launcher), float(launcher.get("timeout_min") or 0) / 60
+    at_once = launcher.get("array_parallelism")
+    return (f"{count} jobs · {gpus} GPU(s) each, {count * gpus} in all"
+            f"{f' ({min(count, int(at_once)) * gpus} at once)' if at_once else ''}"
+            f" · {hours:g} h limit each: {count * hours:g} job-hours, {count * hours * gpus:g} GPU-hours at most")
+
+
+def unset_slurm_settings(launcher: dict[str, Any]) -> list[str]:
+    """Warnings for a SLURM launcher without a partition or account (sbatch then takes the cluster's
+    defaults, or refuses the jobs)."""
+    if not str(launcher.get("_target_", "")).endswith("SlurmLauncher"):
+        return []
+    settings = (("partition", "APM_SLURM_PARTITION"), ("account", "APM_SLURM_ACCOUNT"))
+    return [f"apm-submit: warning: hydra.launcher.{key} is not set (${env}); sbatch uses the cluster's default "
+            "or refuses the jobs" for key, env in settings if not launcher.get(key)]
+
+
 def submit(jobs: list[ShardJob], launcher: dict[str, Any]) -> list[tuple[ShardJob, str]]:
     """Submit ``jobs`` as one array without waiting; record each in its shard's ledger."""
     executor = make_executor(launcher)
@@ -159,14 +188,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     todo, skipped = pending(jobs)
     for job, why in skipped:
         print(f"skip   {why:<10} {job.run_dir} {job.shard}")
+    for warning in unset_slurm_settings(launcher) if todo else []:
+        print(warning, file=sys.stderr)
     if args.dry_run or not todo:
         for job in todo:
             print(f"would submit   {job.run_dir} {job.shard}  {' '.join(job.overrides)}")
+        print(f"apm-submit: would submit {request_totals(len(todo), launcher)}; {len(skipped)} skipped")
         return 0
     for job, job_id in submit(todo, launcher):
         print(f"submitted {job_id:<10} {job.run_dir} {job.shard}")
     root = os.path.commonpath([str(j.run_dir) for j in jobs])
-    print(f"apm-submit: {len(todo)} jobs submitted, {len(skipped)} skipped; follow with: apm-status {root}")
+    print(f"apm-submit: {len(todo)} jobs submitted, {len(skipped)} skipped ({request_totals(len(todo), launcher)}); "
+          f"follow with: apm-status {root}")
     return 0
 
 

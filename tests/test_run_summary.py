@@ -1,0 +1,84 @@
+"""What ``apm-run`` tells a user who tries it: a score screen of what it just ran (gate only, parse
+failures counted), a subset that says so in every output, instance keys to print a request with, and
+an ``apm-status`` that calls a finished try ``partial``, not failed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from apm.data.instances import release_instances
+from apm.data.release import load_release
+from apm.runner.summary import score_summary
+from apm.synth import generate
+
+
+def _record(task: str, **fields: object) -> dict[str, object]:
+    return {"task": task, "error": None, "parse_status": "ok", "correct": None, "gate_pass": None, **fields}
+
+
+def test_the_score_screen_is_gate_only_per_task_with_parse_failures() -> None:
+    records = [_record("ER", correct=True), _record("ER", correct=False, parse_status="failed"),
+               _record("ERA", gate_pass=True), _record("ERA", gate_pass=False, parse_status="failed"),
+               _record("ERA", gate_pass=None, parse_status=None, error="HTTP 500")]
+    screen = score_summary(records, "dataset.limit=5").splitlines()
+    assert screen[0].startswith("apm-run: scores of 5 instances (a subset: dataset.limit=5) — gate only")
+    assert screen[2].split() == ["ER", "2", "50.0%", "0", "1"]
+    assert screen[3].split() == ["ERA", "3", "33.3%", "1", "1"]  # an errored instance counts, as wrong
+    assert screen[-1] == "  2 parse failures, 1 errors"
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=3, scale="tiny")
+
+
+@pytest.mark.slow
+def test_the_readmes_try_is_loud_and_leaves_a_partial_shard(tiny: Path, tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    run = ("apm.runner.app", f"dataset.root={tiny}", f"output_root={root}", f"frames.cache_dir={tmp_path / 'c'}",
+           "memory=none", "backbone=random", "logging.wandb.mode=disabled", "logging.progress=false")
+    tried = _cli(*run, "dataset.limit=13")
+    assert tried.returncode == 0, tried.stderr
+    assert "dataset.limit=13: this job runs 13 of shard-0-of-1's" in tried.stderr
+    assert "(a subset, dataset.limit=13: 13 of the shard's" in tried.stdout
+    assert "apm-run: scores of 13 instances (a subset: dataset.limit=13) — gate only" in tried.stdout
+    assert "parse failures" in tried.stdout.splitlines()[-1]
+    records = [json.loads(line) for p in root.rglob("records/*.jsonl") for line in p.read_text().splitlines()]
+    assert len(records) == 13 and all(r["run"]["subset"] == ["dataset.limit=13"] for r in records)
+
+    status = _cli("apm.scale.status", str(root))
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert " partial " in status.stdout and "1 partial" in status.stdout
+
+    full = _cli(*run)
+    assert full.returncode == 0, full.stderr
+    assert "subset" not in full.stdout and "apm-run: scores of " in full.stdout
+    after = [json.loads(line) for p in root.rglob("records/*.jsonl") for line in p.read_text().splitlines()]
+    assert all("subset" not in r["run"] for r in after[13:])
+    status = _cli("apm.scale.status", str(root))
+    assert status.returncode == 0 and "1 done" in status.stdout, status.stdout
+
+
+@pytest.mark.slow
+def test_apm_data_keys_lists_the_keys_print_request_takes(tiny: Path, tmp_path: Path) -> None:
+    listed = _cli("apm.cli.data", "keys", str(tiny), "--task", "ERA")
+    assert listed.returncode == 0, listed.stderr
+    keys = [line.split("\t") for line in listed.stdout.splitlines()]
+    expected = [i.key for i in release_instances(load_release(tiny, check_videos=False)) if i.task == "ERA"]
+    assert [k for k, _ in keys] == expected and {t for _, t in keys} == {"ERA"}
+    shown = _cli("apm.runner.app", f"dataset.root={tiny}", f"output_root={tmp_path / 'runs'}",
+                 f"frames.cache_dir={tmp_path / 'c'}", "memory=none", "backbone=random", f"print_request={keys[0][0]}")
+    assert shown.returncode == 0 and keys[0][0] in shown.stdout, shown.stderr
+    nothing = _cli("apm.cli.data", "keys", str(tiny), "--trajectory", "no-such")
+    assert nothing.returncode == 2 and nothing.stdout == "" and len(nothing.stderr.splitlines()) == 1
