@@ -153,7 +153,7 @@ CASES: dict[str, Callable[[Made, Path], dict]] = {
         "says": "'vllm' is not installed (not on PATH); pip install vllm"},
     "apm-run: a task that is none": lambda m, t: {
         "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[EAR]",
-                 *LIMIT), "says": "dataset.tasks: 'EAR' is no task (did you mean ERA?)"},
+                 *LIMIT), "says": "dataset.tasks: 'EAR' is no task (did you mean ER or EA or ERA?)"},
     "apm-run: a selection of nothing": lambda m, t: {
         "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[EA]",
                  "dataset.include_ea=false", *LIMIT),
@@ -197,7 +197,7 @@ CASES: dict[str, Callable[[Made, Path], dict]] = {
         "env": {"PATH": str(Path(sys.executable).parent)}},  # CI's SLURM client lives in /usr/bin
     "apm-submit: shard.count=0": lambda m, t: {
         "args": ("apm.scale.submit", f"dataset.root={m.release}", f"output_root={t / 'out'}", "shard.count=0",
-                 "--dry-run", *LIMIT), "says": "shard.count=0: give at least 1"},
+                 *LIMIT, "--dry-run"), "says": "shard.count=0: give at least 1"},
     "apm-reduce: no --out": lambda m, t: {"args": ("apm.reduce.cli", str(m.root))},
     "apm-reduce: a judge that judged nothing": lambda m, t: {
         "args": ("apm.reduce.cli", str(m.root), "--out", str(t / "report"), "--judge", "gate_onyl",

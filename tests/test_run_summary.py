@@ -54,8 +54,8 @@ def test_the_readmes_try_is_loud_and_leaves_a_partial_shard(tiny: Path, tmp_path
     assert "(a subset, dataset.limit=13: 13 of the shard's" in tried.stdout
     assert "apm-run: scores of 13 instances (a subset: dataset.limit=13) — gate only" in tried.stdout
     assert "parse failures" in tried.stdout.splitlines()[-1]
-    records = [json.loads(line) for p in root.rglob("records/*.jsonl") for line in p.read_text().splitlines()]
-    assert len(records) == 13 and all(r["run"]["subset"] == ["dataset.limit=13"] for r in records)
+    (manifest,) = root.rglob("jobs/shard-0-of-1/manifest.json")
+    assert json.loads(manifest.read_text())["subset"] == ["dataset.limit=13"]
 
     status = _cli("apm.scale.status", str(root))
     assert status.returncode == 0, status.stdout + status.stderr
@@ -64,8 +64,7 @@ def test_the_readmes_try_is_loud_and_leaves_a_partial_shard(tiny: Path, tmp_path
     full = _cli(*run)
     assert full.returncode == 0, full.stderr
     assert "subset" not in full.stdout and "apm-run: scores of " in full.stdout
-    after = [json.loads(line) for p in root.rglob("records/*.jsonl") for line in p.read_text().splitlines()]
-    assert all("subset" not in r["run"] for r in after[13:])
+    assert json.loads(manifest.read_text())["subset"] == []
     status = _cli("apm.scale.status", str(root))
     assert status.returncode == 0 and "1 done" in status.stdout, status.stdout
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from apm.backbones.base import GenerationSettings, Request, Response
 from apm.backbones.hf import ChatInputs, FramesAs, to_chat_inputs
+from apm.backbones.openai_api import EndpointError
 from apm.backbones.worker_thread import WorkerThreadBackbone
 from apm.records.declaration import Declaration
 
@@ -62,7 +63,12 @@ class VLLMOfflineBackbone(WorkerThreadBackbone):
 
     def _load(self) -> None:
         from transformers import AutoProcessor
-        from vllm import LLM
+        try:
+            from vllm import LLM
+        except ImportError as e:  # say what to install, not the import machinery's words
+            raise EndpointError(f"{self.name}: vLLM is not installed in this environment ({e}); pip install vllm "
+                                "(GPU nodes), or serve it from another environment with a vLLM server preset "
+                                "and backbone.python") from None
 
         self._processor = AutoProcessor.from_pretrained(self.model_path)
         self._llm = LLM(model=self.model_path, disable_log_stats=False, **self.engine)

@@ -22,7 +22,7 @@ import shutil
 import sys
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +121,9 @@ class ShardPlan:
     run_trajectories: list[Trajectory]
     run_instances: list[Instance]
     population: int
+    subset: list[str] = field(default_factory=list)
+    """The settings (``dataset.limit=13``) by which the job runs only part of its shard; empty when it runs
+    all of it. Every output of such a job says so (its warning, closing line, score screen and manifest)."""
 
 
 ENGINE_KEYS = ("backbone", "writer", "judge")
@@ -216,8 +219,8 @@ def check_tasks(tasks: list[str] | None) -> None:
     known = (*TASKS, EA)
     for task in tasks or ():
         if task not in known:
-            near = difflib.get_close_matches(str(task).upper(), known, n=1)
-            hint = f"did you mean {near[0]}?" if near else f"tasks are {', '.join(known)}"
+            near = difflib.get_close_matches(str(task).upper(), known, n=3)
+            hint = f"did you mean {' or '.join(near)}?" if near else f"tasks are {', '.join(known)}"
             raise ConfigError(f"dataset.tasks: {task!r} is no task ({hint})")
 
 
@@ -228,14 +231,6 @@ def selection_settings(cfg: DictConfig, keys: Iterable[str] = ("tasks", "include
     chosen = {"tasks": d.tasks, "include_ea": None if d.include_ea else False, "trajectories": d.trajectories,
               "limit": d.limit}
     return [f"dataset.{k}={_typed(chosen[k])}" for k in keys if chosen[k] is not None]
-
-
-def subset_of(cfg: DictConfig, plan: ShardPlan) -> list[str]:
-    """The settings (``dataset.limit``, ``dataset.trajectories``) by which this job runs only part of its
-    shard; empty when it runs all of it. Every output of such a job says so."""
-    if len(plan.run_instances) == len(plan.instances):
-        return []
-    return selection_settings(cfg, sorted(SUBSET_KEYS))
 
 
 def _typed(value: Any) -> str:
@@ -268,8 +263,9 @@ def shard_plan(cfg: DictConfig, release: Any) -> ShardPlan:
         raise ConfigError(f"{why} selects no instance of {label} ({len(trajectories)} of the release's "
                           f"{len(release.trajectories)} trajectories); nothing to run")
     running = {i.trajectory_id for i in run_instances}
+    part = selection_settings(cfg, sorted(SUBSET_KEYS)) if len(run_instances) < len(instances) else []
     return ShardPlan(trajectories, instances, [t for t in trajectories if t.trajectory_id in running], run_instances,
-                     len(everything))
+                     len(everything), part)
 
 
 def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
@@ -286,15 +282,13 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
     for engine in {id(backbone): backbone, id(writer): writer}.values():
         engine.log_into(str(run_dir / "jobs" / shard_label))  # a served engine logs into the run
     plan = shard_plan(cfg, release)
-    subset = subset_of(cfg, plan)
     setup = RunSetup(
         release=release,
         run_dir=run_dir,
         run_info={"dataset": cfg.dataset.name, "memory": protocol.name, "backbone": backbone.name,
                   "config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
                   "code": code, **method_identity(cfg),
-                  **run_declarations(protocol, backbone, writer if cfg.writer is not None else None),
-                  **({"subset": subset} if subset else {})},
+                  **run_declarations(protocol, backbone, writer if cfg.writer is not None else None)},
         protocol=protocol,
         backbone=backbone,
         writer=writer,
@@ -318,10 +312,6 @@ async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
     ``strict`` (``apm-run``): a job whose every instance failed raises ``RunStopped`` after it ends; a
     job that refused an instance for causality always does (``apm.runner.causality``)."""
     setup, plan = build_setup(cfg)
-    if subset := setup.run_info.get("subset"):
-        print(f"apm-run: warning: {' '.join(subset)}: this job runs {len(plan.run_instances)} of {setup.shard_label}'s "
-              f"{len(plan.instances)} instances; its scores are not the benchmark's (apm-status shows the shard "
-              "partial, apm-reduce marks the method partial)", file=sys.stderr)
     if cfg.rerun != Rerun.all:
         refuse_other_code(cfg, setup, plan)
     async with _started(setup.backbone), _started(setup.writer if setup.writer is not setup.backbone else None):
@@ -331,7 +321,7 @@ async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
     print(closing_line(setup, stats, plan))
     on_record = latest_records(setup.run_dir / "records")
     print(score_summary([on_record[i.key] for i in plan.run_instances if i.key in on_record],
-                        " ".join(setup.run_info.get("subset", []))))
+                        " ".join(plan.subset)))
     check_causal_run(stats.refused)
     if strict:
         check_answered(tally.new, tally.errors, tally.first_error)
@@ -374,9 +364,13 @@ async def _recorded_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tu
 
 
 async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tuple[RunStats, _Tally]:
+    if plan.subset:  # loud, as lm-eval's --limit, once every check has passed
+        print(f"apm-run: warning: {' '.join(plan.subset)}: this job runs {len(plan.run_instances)} of "
+              f"{setup.shard_label}'s {len(plan.instances)} instances; its scores are not the benchmark's "
+              "(apm-status shows the shard partial, apm-reduce marks the method partial)", file=sys.stderr)
     save_config(cfg, setup.run_dir)
     job_dir = ledger.shard_dir(setup.run_dir, setup.shard_label)
-    started = manifest.job_started(job_dir, job_identity(cfg, setup))
+    started = manifest.job_started(job_dir, job_identity(cfg, setup, plan))
     ledger.job_started(setup.run_dir, setup.shard_label, plan.trajectories, plan.instances,
                        selected=len(plan.run_instances), population=plan.population)
     sink = _wandb_sink(cfg, setup)
@@ -426,9 +420,10 @@ class _Tally:
             self.sink(record)
 
 
-def job_identity(cfg: DictConfig, setup: RunSetup) -> dict[str, Any]:
-    """What a job's manifest says it ran: its shard, the config hash, the release, the code and the prompts."""
-    return {"shard": setup.shard_label, "config_hash": setup.run_info["config_hash"],
+def job_identity(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> dict[str, Any]:
+    """What a job's manifest says it ran: its shard, the part of it (``subset``, [] for all), the config
+    hash, the release, the code and the prompts."""
+    return {"shard": setup.shard_label, "subset": plan.subset, "config_hash": setup.run_info["config_hash"],
             "release_fingerprint": release_fingerprint(cfg.dataset.root), "code": setup.run_info["code"],
             "prompt_version": PROMPT_VERSION}
 
@@ -481,7 +476,7 @@ def closing_line(setup: RunSetup, stats: RunStats, plan: ShardPlan) -> str:
     import time
 
     took = time.perf_counter() - stats.started
-    subset = " ".join(setup.run_info.get("subset", []))
+    subset = " ".join(plan.subset)
     part = f" (a subset, {subset}: {len(plan.run_instances)} of the shard's {len(plan.instances)})" if subset else ""
     return (f"apm-run: {setup.run_dir} · {setup.shard_label}: {stats.total} instances{part} "
             f"({stats.skipped} already on record, {stats.new} new, {stats.errors} errors), "

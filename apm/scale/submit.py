@@ -188,15 +188,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     todo, skipped = pending(jobs)
     for job, why in skipped:
         print(f"skip   {why:<10} {job.run_dir} {job.shard}")
-    for warning in unset_slurm_settings(launcher) if todo else []:
-        print(warning, file=sys.stderr)
     if args.dry_run or not todo:
         for job in todo:
             print(f"would submit   {job.run_dir} {job.shard}  {' '.join(job.overrides)}")
         print(f"apm-submit: would submit {request_totals(len(todo), launcher)}; {len(skipped)} skipped")
+        for warning in unset_slurm_settings(launcher) if todo else []:
+            print(warning, file=sys.stderr)
         return 0
     for job, job_id in submit(todo, launcher):
         print(f"submitted {job_id:<10} {job.run_dir} {job.shard}")
+    for warning in unset_slurm_settings(launcher):
+        print(warning, file=sys.stderr)
     root = os.path.commonpath([str(j.run_dir) for j in jobs])
     print(f"apm-submit: {len(todo)} jobs submitted, {len(skipped)} skipped ({request_totals(len(todo), launcher)}); "
           f"follow with: apm-status {root}")
