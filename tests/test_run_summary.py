@@ -60,6 +60,10 @@ def test_the_readmes_try_is_loud_and_leaves_a_partial_shard(tiny: Path, tmp_path
     status = _cli("apm.scale.status", str(root))
     assert status.returncode == 0, status.stdout + status.stderr
     assert " partial " in status.stdout and "1 partial" in status.stdout
+    reduced = _cli("apm.reduce.cli", str(root), "--out", str(tmp_path / "report"), "--bootstrap", "0", "--no-figures",
+                   "--allow-unjudged")
+    assert reduced.returncode == 0, reduced.stderr
+    assert "(partial)" in (tmp_path / "report" / "tables" / "table4.md").read_text()
 
     full = _cli(*run)
     assert full.returncode == 0, full.stderr
