@@ -224,7 +224,11 @@ def check_tasks(tasks: list[str] | None) -> None:
             raise ConfigError(f"dataset.tasks: {task!r} is no task ({hint})")
 
 
-def selection_settings(cfg: DictConfig, keys: Iterable[str] = ("tasks", "include_ea", *SUBSET_KEYS)) -> list[str]:
+SELECTION_KEYS = ("tasks", "include_ea", *sorted(SUBSET_KEYS))
+"""``dataset`` keys that choose which of the release's instances a job runs, in the order lines name them."""
+
+
+def selection_settings(cfg: DictConfig, keys: Iterable[str] = SELECTION_KEYS) -> list[str]:
     """The ``dataset`` settings among ``keys`` that choose part of the release (``dataset.tasks=[ER]``), as
     typed on a command line."""
     d = cfg.dataset
