@@ -45,8 +45,8 @@ from apm.data.release import load_release
 from apm.data.tasks import EA, TASKS
 from apm.errors import hold, hydra_guarded
 from apm.judge.stage import JudgeStage
-from apm.live.wandb_sink import WandbSink
 from apm.live.progress import job_progress
+from apm.live.wandb_sink import WandbSink
 from apm.prompts import PROMPT_VERSION
 from apm.records.atomic import write_json_atomically
 from apm.records.declaration import run_declarations
