@@ -31,8 +31,9 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
+from apm.configs import CONF_DIR
 from apm.data.release import load_release
-from apm.runner.app import CONF_DIR, run_async, run_dir_of
+from apm.runner.app import run_async, run_dir_of
 from apm.synth import SCALES, generate
 from apm.synth.world import Scale
 from apm.testing.tiny_models import build_tiny_qwen2vl

@@ -65,7 +65,7 @@ def main() -> int:
         print(f"generated {n:,} records ({size:,.0f} MiB JSONL) in {time.perf_counter() - start:.1f} s")
         baseline = pandas_load(root)
         raw = timed(load_runs, [root])
-        command = [sys.executable, "-m", "apm.reduce.cli", str(root), "--out", str(Path(tmp) / "out"),
+        command = [sys.executable, "-m", "apm.cli.reduce", str(root), "--out", str(Path(tmp) / "out"),
                    "--bootstrap", str(args.bootstrap)]
         reduce_s = timed(subprocess.run, command, check=True)
     ratio = reduce_s / baseline

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
+from apm.configs import CONF_DIR
 from apm.data.release import load_release
-from apm.runner.app import CONF_DIR, run_async, run_dir_of
+from apm.runner.app import run_async, run_dir_of
 from apm.synth import generate
 from apm.video.cache import build_release_cache
 

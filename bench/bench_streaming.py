@@ -27,10 +27,11 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
+from apm.configs import CONF_DIR
 from apm.data.frames import Frame
 from apm.data.release import load_release
 from apm.records.declaration import Declaration
-from apm.runner.app import CONF_DIR, run_async, run_dir_of
+from apm.runner.app import run_async, run_dir_of
 from apm.streaming import Answer, Probe, SessionContext, StreamingSystem
 from apm.synth import generate
 from apm.testing.tiny_models import build_tiny_qwen2vl

@@ -20,8 +20,9 @@ from omegaconf import DictConfig
 
 from apm.backbones.base import Request
 from apm.backbones.baselines import Oracle
+from apm.configs import CONF_DIR
 from apm.data.instances import Instance
-from apm.runner.app import CONF_DIR, run_async, run_dir_of
+from apm.runner.app import run_async, run_dir_of
 from apm.testing.fake_server import FakeServer
 
 

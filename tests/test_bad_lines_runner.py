@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from runner_helpers import compose_run, records, run
 
-from apm.judge.cli import main as judge_main
+from apm.cli.judge import main as judge_main
 from apm.scale import scheduler, status
 from apm.synth import generate
 

@@ -91,7 +91,7 @@ def test_a_streaming_system_that_shows_the_future_is_refused_even_when_it_swallo
 
 def test_a_rerun_refuses_again_and_apm_run_exits_non_zero_in_one_line(tiny, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    args = [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={tmp_path / 'runs'}",
+    args = [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={tmp_path / 'runs'}",
             f"frames.cache_dir={tmp_path / 'cache'}", "logging.wandb.mode=disabled", "logging.progress=false",
             "memory=none", "memory._target_=adversaries.FutureTurn", "~memory.recent_frames", "backbone=random",
             "dataset.tasks=[ER]"]

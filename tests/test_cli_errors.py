@@ -34,7 +34,7 @@ def test_hydra_and_omegaconf_messages_become_one_line():
 
 
 def test_apm_status_and_apm_data_errors_are_one_line(tmp_path):
-    for args in (("apm.scale.status", str(tmp_path / "nowhere")), ("apm.cli.data", "synth", "--out", str(tmp_path))):
+    for args in (("apm.cli.status", str(tmp_path / "nowhere")), ("apm.cli.data", "synth", "--out", str(tmp_path))):
         if args[1] == "synth":
             (tmp_path / "keep").write_text("mine")
         done = command(*args)
@@ -43,7 +43,7 @@ def test_apm_status_and_apm_data_errors_are_one_line(tmp_path):
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    done = command("apm.scale.status", str(tmp_path / "nowhere"), "--debug")
+    done = command("apm.cli.status", str(tmp_path / "nowhere"), "--debug")
     assert done.returncode == 1 and "Traceback" in done.stderr and "FileNotFoundError" in done.stderr
 
 
@@ -69,7 +69,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
     base = tmp_path_factory.mktemp("made")
     release = generate(base / "rel", seed=3, scale="tiny")
     for backbone in ("random", "always_silent"):
-        done = command("apm.runner.app", f"dataset.root={release}", f"output_root={base / 'runs'}",
+        done = command("apm.cli.run", f"dataset.root={release}", f"output_root={base / 'runs'}",
                        f"frames.cache_dir={base / 'cache'}", f"backbone={backbone}", *LIMIT)
         assert done.returncode == 0, done.stderr
     first, second = sorted(p.parent for p in (base / "runs").rglob("config.json"))
@@ -127,92 +127,92 @@ def _read_only_folder(tmp_path: Path) -> Path:
 CASES: dict[str, Callable[[Made, Path], dict]] = {
     "apm-data: unknown command": lambda m, t: {"args": ("apm.cli.data", "frobnicate")},
     "apm-data: missing release": lambda m, t: {"args": ("apm.cli.data", "stats", str(t / "nowhere"))},
-    "apm-run: unknown flag": lambda m, t: {"args": ("apm.runner.app", "--frobnicate", f"output_root={t / 'out'}")},
-    "apm-run: config typo": lambda m, t: {"args": ("apm.runner.app", f"dataset.root={m.release}", "concurency=3",
+    "apm-run: unknown flag": lambda m, t: {"args": ("apm.cli.run", "--frobnicate", f"output_root={t / 'out'}")},
+    "apm-run: config typo": lambda m, t: {"args": ("apm.cli.run", f"dataset.root={m.release}", "concurency=3",
                                                    f"output_root={t / 'out'}")},
-    "apm-run: missing release": lambda m, t: {"args": ("apm.runner.app", f"dataset.root={t / 'nowhere'}",
+    "apm-run: missing release": lambda m, t: {"args": ("apm.cli.run", f"dataset.root={t / 'nowhere'}",
                                                        f"output_root={t / 'out'}", *LIMIT)},
     "apm-run: read-only output root": lambda m, t: {
-        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={_read_only_folder(t) / 'runs'}",
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={_read_only_folder(t) / 'runs'}",
                  f"frames.cache_dir={t / 'read-only' / 'cache'}", "backbone=random", *LIMIT),
         "read_only": t / "read-only"},
-    "apm-run: missing key": lambda m, t: {"args": ("apm.runner.app", f"dataset.root={m.release}",
+    "apm-run: missing key": lambda m, t: {"args": ("apm.cli.run", f"dataset.root={m.release}",
                                                    f"output_root={t / 'out'}", "backbone=gemini_3_6_flash", *LIMIT),
                                           "env": {"GEMINI_API_KEY": ""}},
     "apm-run: missing engine (vLLM)": lambda m, t: {
-        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}",
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}",
                  "backbone=tiny_qwen2vl_vllm_offline", *LIMIT)},
     "apm-run: missing engine (vLLM server, no such python)": lambda m, t: {
-        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}",
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}",
                  "backbone=tiny_qwen2vl_vllm", *LIMIT),
         "env": {"APM_VLLM_PYTHON": str(t / "no-vllm" / "python")}, "says": "is not an executable Python"},
     "apm-run: missing engine (vLLM server, no vllm on PATH)": lambda m, t: {
-        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}",
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}",
                  "backbone=tiny_qwen2vl_vllm", "backbone.python=null", *LIMIT),
         "env": {"PATH": str(Path(sys.executable).parent)},
         "says": "'vllm' is not installed (not on PATH); pip install vllm"},
     "apm-run: a task that is none": lambda m, t: {
-        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[EAR]",
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[EAR]",
                  *LIMIT), "says": "dataset.tasks: 'EAR' is no task (did you mean ER or EA or ERA?)"},
     "apm-run: a selection of nothing": lambda m, t: {
-        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[EA]",
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[EA]",
                  "dataset.include_ea=false", *LIMIT),
         "says": "dataset.tasks=[EA] dataset.include_ea=false dataset.limit=6 selects no instance of shard-0-of-1"},
     "apm-run: no tasks": lambda m, t: {
-        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[]",
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[]",
                  *LIMIT), "says": "selects no instance"},
     "apm-run: shard.count=0": lambda m, t: {
-        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "shard.count=0", *LIMIT),
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}", "shard.count=0", *LIMIT),
         "says": "shard.count=0: give at least 1"},
     "apm-run: shard.index past the count": lambda m, t: {
-        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "shard.count=2",
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}", "shard.count=2",
                  "shard.index=2", *LIMIT), "says": "shard.index=2: give 0..1 for shard.count=2"},
     "apm-run: config group typo": lambda m, t: {
-        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "memory=raw_vide"),
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}", "memory=raw_vide"),
         "says": "memory=raw_vide: no such option (did you mean raw_video?"},
     "apm-run: unknown key": lambda m, t: {
-        "args": ("apm.runner.app", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.limt=3"),
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.limt=3"),
         "says": "dataset.limt: no such key (did you mean dataset.limit?"},
-    "apm-judge: no run dir": lambda m, t: {"args": ("apm.judge.cli", "judge=gate_only")},
-    "apm-judge: override error": lambda m, t: {"args": ("apm.judge.cli", str(_copy_run(m, t)), "judge=no_such_judge")},
+    "apm-judge: no run dir": lambda m, t: {"args": ("apm.cli.judge", "judge=gate_only")},
+    "apm-judge: override error": lambda m, t: {"args": ("apm.cli.judge", str(_copy_run(m, t)), "judge=no_such_judge")},
     "apm-judge: damaged config.json": lambda m, t: {
-        "args": ("apm.judge.cli", str(_copy_run(m, t, damage=True)), "judge=gate_only"),
+        "args": ("apm.cli.judge", str(_copy_run(m, t, damage=True)), "judge=gate_only"),
         "says": "config.json: damaged"},
     "apm-judge: changed release": lambda m, t: {
-        "args": ("apm.judge.cli", str(_changed_release(m, t)), "judge=gate_only"), "says": "no longer has"},
+        "args": ("apm.cli.judge", str(_changed_release(m, t)), "judge=gate_only"), "says": "no longer has"},
     "apm-judge: read-only run dir": lambda m, t: {
-        "args": ("apm.judge.cli", str(_copy_run(m, t)), "judge=gate_only"), "read_only": t / "copied"},
-    "apm-judge: missing key": lambda m, t: {"args": ("apm.judge.cli", str(_copy_run(m, t)), "judge=deepseek_v4_flash"),
+        "args": ("apm.cli.judge", str(_copy_run(m, t)), "judge=gate_only"), "read_only": t / "copied"},
+    "apm-judge: missing key": lambda m, t: {"args": ("apm.cli.judge", str(_copy_run(m, t)), "judge=deepseek_v4_flash"),
                                             "env": {"DEEPSEEK_API_KEY": ""}},
-    "apm-status: unknown option": lambda m, t: {"args": ("apm.scale.status", "--frobnicate", str(m.root))},
-    "apm-submit: config typo": lambda m, t: {"args": ("apm.scale.submit", f"dataset.root={m.release}", "concurency=3")},
+    "apm-status: unknown option": lambda m, t: {"args": ("apm.cli.status", "--frobnicate", str(m.root))},
+    "apm-submit: config typo": lambda m, t: {"args": ("apm.cli.submit", f"dataset.root={m.release}", "concurency=3")},
     "apm-submit: credentials in a URL": lambda m, t: {
-        "args": ("apm.scale.submit", f"dataset.root={m.release}", f"output_root={t / 'out'}",
+        "args": ("apm.cli.submit", f"dataset.root={m.release}", f"output_root={t / 'out'}",
                  "backbone=openai_compatible", "backbone.model=m", "backbone.base_url=http://tok-0123456789@h:9/v1",
                  *LIMIT),
         "says": "backbone.base_url: credentials in the URL (http://***@h:9/v1) are refused"},
     "apm-submit: no srun": lambda m, t: {
-        "args": ("apm.scale.submit", f"dataset.root={m.release}", f"output_root={t / 'out'}", "hydra/launcher=slurm",
+        "args": ("apm.cli.submit", f"dataset.root={m.release}", f"output_root={t / 'out'}", "hydra/launcher=slurm",
                  f"hydra.launcher.submitit_folder={t / 'submitit'}", *LIMIT),
         "env": {"PATH": str(Path(sys.executable).parent)}},  # CI's SLURM client lives in /usr/bin
     "apm-submit: shard.count=0": lambda m, t: {
-        "args": ("apm.scale.submit", f"dataset.root={m.release}", f"output_root={t / 'out'}", "shard.count=0",
+        "args": ("apm.cli.submit", f"dataset.root={m.release}", f"output_root={t / 'out'}", "shard.count=0",
                  *LIMIT, "--dry-run"), "says": "shard.count=0: give at least 1"},
-    "apm-reduce: no --out": lambda m, t: {"args": ("apm.reduce.cli", str(m.root))},
+    "apm-reduce: no --out": lambda m, t: {"args": ("apm.cli.reduce", str(m.root))},
     "apm-reduce: a judge that judged nothing": lambda m, t: {
-        "args": ("apm.reduce.cli", str(m.root), "--out", str(t / "report"), "--judge", "gate_onyl",
+        "args": ("apm.cli.reduce", str(m.root), "--out", str(t / "report"), "--judge", "gate_onyl",
                  "--allow-unjudged"), "says": "--judge gate_onyl: no judgement on record has it"},
     "apm-reduce: --compare a folder of two methods": lambda m, t: {
-        "args": ("apm.reduce.cli", "--compare", str(m.root), str(m.runs[0]), "--out", str(t / "report"))},
-    "apm-publish: no run dir given": lambda m, t: {"args": ("apm.publish.cli",)},
+        "args": ("apm.cli.reduce", "--compare", str(m.root), str(m.runs[0]), "--out", str(t / "report"))},
+    "apm-publish: no run dir given": lambda m, t: {"args": ("apm.cli.publish",)},
     "apm-publish: read-only run dir": lambda m, t: {
-        "args": ("apm.publish.cli", str(_copy_run(m, t)), "--bootstrap", "0"), "read_only": t / "copied"},
-    "apm-view: no --out": lambda m, t: {"args": ("apm.view.cli", str(m.root))},
+        "args": ("apm.cli.publish", str(_copy_run(m, t)), "--bootstrap", "0"), "read_only": t / "copied"},
+    "apm-view: no --out": lambda m, t: {"args": ("apm.cli.view", str(m.root))},
     "apm-view: damaged config.json": lambda m, t: {
-        "args": ("apm.view.cli", str(_copy_run(m, t, damage=True)), "--out", str(t / "site")),
+        "args": ("apm.cli.view", str(_copy_run(m, t, damage=True)), "--out", str(t / "site")),
         "says": "config.json: damaged"},
     "apm-view: read-only --out": lambda m, t: {
-        "args": ("apm.view.cli", str(m.root), "--out", str(_read_only_folder(t) / "site")),
+        "args": ("apm.cli.view", str(m.root), "--out", str(_read_only_folder(t) / "site")),
         "read_only": t / "read-only"},
 }
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from apm.reduce.cli import main as reduce_main
+from apm.cli.reduce import main as reduce_main
 from apm.scale.submit import request_totals, unset_slurm_settings
 from apm.synth import generate
 from apm.testing import fixtures
@@ -37,7 +37,7 @@ def test_a_judge_typo_names_the_judges_on_record_and_writes_nothing(tmp_path: Pa
 
 def test_verbose_shows_hydras_whole_message(tmp_path: Path) -> None:
     release = generate(tmp_path / "rel", seed=3, scale="tiny")
-    args = ("apm.runner.app", f"dataset.root={release}", f"output_root={tmp_path / 'out'}", "memory=raw_vide")
+    args = ("apm.cli.run", f"dataset.root={release}", f"output_root={tmp_path / 'out'}", "memory=raw_vide")
     short, full = _cli(*args), _cli(*args, "--verbose")
     assert short.returncode == full.returncode == 2
     assert short.stderr.strip() == ("apm-run: error: memory=raw_vide: no such option (did you mean raw_video?); "
@@ -48,7 +48,7 @@ def test_verbose_shows_hydras_whole_message(tmp_path: Path) -> None:
 
 def test_the_dry_run_totals_what_the_sweep_requests_and_warns_of_unset_slurm_settings(tmp_path: Path) -> None:
     release = generate(tmp_path / "rel", seed=3, scale="tiny")
-    done = _cli("apm.scale.submit", "hydra/launcher=slurm", f"dataset.root={release}", f"output_root={tmp_path / 'o'}",
+    done = _cli("apm.cli.submit", "hydra/launcher=slurm", f"dataset.root={release}", f"output_root={tmp_path / 'o'}",
                 "memory=none,raw_video", "backbone=random", "shard.count=2", "--dry-run",
                 env={"APM_SLURM_PARTITION": "", "APM_SLURM_ACCOUNT": "acct"})
     assert done.returncode == 0, done.stderr

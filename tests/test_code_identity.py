@@ -38,7 +38,7 @@ def tiny(tmp_path_factory):
 def _apm_run(tiny: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(tmp / "plugins"), "WANDB_MODE": "disabled"}
     return subprocess.run(
-        [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={tmp / 'runs'}",
+        [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={tmp / 'runs'}",
          f"frames.cache_dir={tmp / 'cache'}", "logging.wandb.mode=disabled", "logging.progress=false",
          "memory=none", "backbone=random", "backbone._target_=mybackbone.Mine", "dataset.tasks=[ER,CT]", *extra],
         cwd=tmp, env=env, capture_output=True, text=True, timeout=300)

@@ -11,8 +11,9 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from apm.configs import CONF_DIR
 from apm.memory.base import MemoryProtocol
-from apm.runner.app import CONF_DIR, run_dir_of
+from apm.runner.app import run_dir_of
 from apm.runner.config import ConfigError, check_arguments, config_hash
 from apm.streaming import StreamingSystem
 

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from runner_helpers import compose_run, run
 
+from apm.cli import reduce as apm_reduce
+from apm.cli import status as apm_status
 from apm.publish.axes import coverage_summary
-from apm.reduce import cli, load_runs, read_scores, score_table
+from apm.reduce import load_runs, read_scores, score_table
 from apm.reduce.figures import partial_footnote, radar_figure
 from apm.scale import scheduler, status
 from apm.synth import generate
@@ -44,7 +46,8 @@ def full_run(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def reduce(runs: Path, out: Path, *extra: str) -> int:
-    return cli.main([str(runs), "--out", str(out), "--bootstrap", "0", "--allow-unjudged", "--no-figures", *extra])
+    return apm_reduce.main([str(runs), "--out", str(out), "--bootstrap", "0", "--allow-unjudged", "--no-figures",
+                            *extra])
 
 
 def scores_of(runs: Path) -> "object":
@@ -109,7 +112,7 @@ def test_missing_shards_are_gaps_and_status_shows_the_whole_plan(tiny, tmp_path,
     rows = {r.shard: r for r in status.sweep_status(tmp_path / "runs")}
     assert rows["shard-0-of-3"].state == "done"
     assert [rows[f"shard-{i}-of-3"].state for i in (1, 2)] == ["missing", "missing"]
-    assert status.main([str(tmp_path / "runs")]) == 1  # missing shards need submitting
+    assert apm_status.main([str(tmp_path / "runs")]) == 1  # missing shards need submitting
     summary = capsys.readouterr().out.splitlines()[-1]
     assert "2 missing" in summary and f"whole plan {plan['instances']}/{SHARD_INSTANCES}" in summary
 
@@ -121,7 +124,7 @@ def test_failed_memory_updates_are_counted_and_marked(tiny, tmp_path, capsys):
 
     (row,) = status.sweep_status(tmp_path / "runs")
     assert row.memory_errors == len(memory) and row.state == "done with errors"
-    assert status.main([str(tmp_path / "runs")]) == 0
+    assert apm_status.main([str(tmp_path / "runs")]) == 0
     assert f"{len(memory)} memory-update errors" in capsys.readouterr().out
 
     assert reduce(tmp_path / "runs", tmp_path / "report") == 0

@@ -28,7 +28,7 @@ def tiny(tmp_path_factory):
 def apm_run(tiny: Path, out: Path, cache: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
     return subprocess.Popen(
-        [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={out}",
+        [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={out}",
          f"frames.cache_dir={cache}", "logging.wandb.mode=disabled", "logging.progress=false",
          "memory=text_summary", "backbone=random", "concurrency=2",
          "backbone._target_=slow_backbones.SlowRandom", *extra],

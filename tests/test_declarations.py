@@ -17,14 +17,14 @@ from omegaconf import OmegaConf
 from runner_helpers import compose_run, records, run
 
 from apm.backbones.baselines import Baseline, RandomBaseline
+from apm.cli.reduce import main as reduce_main
+from apm.configs import CONF_DIR
 from apm.memory.base import History, MemoryProtocol
 from apm.memory.simple import SimpleStream
 from apm.records.declaration import Declaration, declared, run_declarations
-from apm.reduce.cli import main as reduce_main
 from apm.reduce.load import CONFIG, METHOD, RECORD_FIELDS
 from apm.reduce.names import row_label
 from apm.reduce.scores import read_scores
-from apm.runner.app import CONF_DIR
 from apm.runner.config import _locate, method_identity, register
 from apm.scale.submit import sweep_combinations
 from apm.synth import generate

@@ -75,7 +75,7 @@ def test_a_job_whose_every_instance_failed_exits_non_zero(tiny, tmp_path):
 def test_apm_run_says_it_in_one_line_with_a_non_zero_exit(tiny, tmp_path):
     with served(models=("served-model",)) as srv:
         done = subprocess.run(
-            [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={tmp_path / 'runs'}",
+            [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={tmp_path / 'runs'}",
              f"frames.cache_dir={tmp_path / 'cache'}", "logging.progress=false", "logging.wandb.mode=disabled",
              *endpoint_overrides(srv.base_url, "no-such-model")],
             capture_output=True, text=True, timeout=120, env={**os.environ, "HYDRA_FULL_ERROR": ""})

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from apm.reduce.cli import main as reduce_main
+from apm.cli.reduce import main as reduce_main
 from apm.reduce.scores import read_scores
 
 PIN = Path(__file__).parent / "golden" / "small_reference_scores.csv"

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from runner_helpers import compose_run, records, run
 
+from apm.cli.reduce import main as reduce_main
 from apm.data.tasks import ADAPTIVE, EA
 from apm.judge.rubric import JUDGE_SYSTEM, judge_prompt, rubric
-from apm.reduce.cli import main as reduce_main
 from apm.reduce.load import load_runs
 from apm.reduce.scores import score_table
 from apm.synth import generate

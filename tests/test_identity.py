@@ -17,12 +17,12 @@ import pytest
 from hydra import compose, initialize_config_dir
 from runner_helpers import compose_run, records, run
 
+from apm.cli.judge import judge_backbone
+from apm.configs import CONF_DIR
 from apm.data import fingerprint
 from apm.judge import rubric
-from apm.judge.cli import judge_backbone
 from apm.judge.stage import JudgeStage
 from apm.prompts import render
-from apm.runner.app import CONF_DIR
 from apm.runner.config import config_hash
 from apm.synth import generate
 
@@ -117,7 +117,7 @@ def test_a_resume_from_another_working_directory_redoes_nothing(tiny, tmp_path, 
 def apm_run(*overrides: str, cwd: Path = REPO) -> None:
     """``apm-run`` as a person types it: its own process, Hydra's command line."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "examples"), str(REPO / "tests")])}
-    done = subprocess.run([sys.executable, "-m", "apm.runner.app", *overrides], cwd=cwd, env=env,
+    done = subprocess.run([sys.executable, "-m", "apm.cli.run", *overrides], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
 

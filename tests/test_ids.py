@@ -167,7 +167,7 @@ def test_an_absolute_path_as_trajectory_id_touches_nothing(tmp_path, capsys):
 
     out = tmp_path / "runs"
     done = subprocess.run(
-        [sys.executable, "-m", "apm.runner.app", f"dataset.root={release}", f"output_root={out}",
+        [sys.executable, "-m", "apm.cli.run", f"dataset.root={release}", f"output_root={out}",
          f"frames.cache_dir={tmp_path / 'cache'}", "logging.wandb.mode=disabled", "logging.progress=false",
          "memory=restricted", "backbone=oracle"],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from runner_helpers import compose_run, records, run
 
-from apm.judge.cli import judge_backbone
+from apm.cli.judge import judge_backbone
 from apm.judge.rubric import RUBRIC_VERSION, check_reply, guidance, rubric
 from apm.judge.stage import JudgeStage
 from apm.records.jsonl import read_folder

@@ -19,12 +19,12 @@ import pytest
 from runner_helpers import compose_run, records, run, served
 from test_judge import GOOD
 
-from apm.judge.cli import judge_backbone
-from apm.judge.cli import main as judge_main
+from apm.cli.judge import judge_backbone
+from apm.cli.judge import main as judge_main
+from apm.cli.reduce import main as reduce_main
 from apm.judge.stage import JudgeStage, JudgeStats
 from apm.records.jsonl import read_folder
 from apm.reduce import load_runs
-from apm.reduce.cli import main as reduce_main
 from apm.reduce.scores import unjudged_probes
 from apm.runner.stops import RunStopped
 from apm.synth import generate
@@ -154,7 +154,7 @@ def test_a_judge_reply_over_the_cap_is_a_judge_failure(run_dir, monkeypatch):
 def test_two_apm_judge_at_once_judge_each_probe_once(run_dir, monkeypatch):
     monkeypatch.setenv("APM_JUDGE_KEY", KEY)
     with served(reply=GOOD, latency_s=0.2) as srv:
-        command = [sys.executable, "-m", "apm.judge.cli", str(run_dir), "judge=deepseek_v4_flash",
+        command = [sys.executable, "-m", "apm.cli.judge", str(run_dir), "judge=deepseek_v4_flash",
                    f"judge.base_url={srv.base_url}", "judge.api_key_env=APM_JUDGE_KEY"]
         both = [subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True) for _ in range(2)]
         codes = sorted(p.wait(timeout=300) for p in both)
@@ -204,8 +204,8 @@ def test_an_echoing_judge_leaves_its_key_in_no_byte_written(run_dir, tmp_path):
         port = int(server.stdout.readline().split()[1])
 
         def cli(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, "-c", "import sys; from apm.judge.cli import main as j; "
-                                   "from apm.reduce.cli import main as r; from apm.view.cli import main as v; "
+            return subprocess.run([sys.executable, "-c", "import sys; from apm.cli.judge import main as j; "
+                                   "from apm.cli.reduce import main as r; from apm.cli.view import main as v; "
                                    "sys.exit({'judge': j, 'reduce': r, 'view': v}[sys.argv[1]](sys.argv[2:]))",
                                    *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from runner_helpers import compose_run, records, run, served
 
+from apm.cli.reduce import main as reduce_main
 from apm.reduce import load_runs, score_table
-from apm.reduce.cli import main as reduce_main
 from apm.synth import generate
 from apm.testing import fixtures
 

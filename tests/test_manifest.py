@@ -32,7 +32,7 @@ def two_shards(tmp_path_factory) -> tuple[Path, Path]:
     env = {**os.environ, **SLURM, "APM_TEST_SECRET": SECRET}
     for index in (0, 1):
         done = subprocess.run(
-            [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={tmp / 'runs'}",
+            [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={tmp / 'runs'}",
              f"frames.cache_dir={tmp / 'cache'}", "logging.wandb.mode=disabled", "logging.progress=false",
              "memory=none", "backbone=random", "dataset.tasks=[ER,RCR]", "shard.count=2", f"shard.index={index}"],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

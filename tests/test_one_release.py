@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from runner_helpers import compose_run, run
 
-from apm.reduce.cli import main as reduce_main
+from apm.cli.reduce import main as reduce_main
 from apm.reduce.load import load_records
 from apm.synth import generate
 

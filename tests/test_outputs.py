@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from apm.cli.data import main as data_main
-from apm.publish.cli import main as publish_main
-from apm.reduce.cli import main as reduce_main
+from apm.cli.publish import main as publish_main
+from apm.cli.reduce import main as reduce_main
+from apm.cli.view import main as view_main
 from apm.testing import fixtures
 from apm.video.encode import H264Writer
-from apm.view.cli import main as view_main
 
 Command = Callable[[str, Path], int]
 COMMANDS: dict[str, Command] = {

@@ -13,10 +13,10 @@ from runner_helpers import compose_run, records, run
 
 from apm.backbones.base import FramePart, Message, Request, Response
 from apm.backbones.perceiver import GUESS, PixelPerceiver, Seen, note_lines, read_note, within_budget
+from apm.cli.reduce import main as reduce_main
 from apm.data import clock
 from apm.data.frames import Frame
 from apm.data.tasks import EA, MCQA_TASKS
-from apm.reduce.cli import main as reduce_main
 from apm.synth import generate, state_at
 
 DEMO = ["memory.max_tokens=160", "+backbone@writer=perceiver"]

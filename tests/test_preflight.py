@@ -51,7 +51,7 @@ def apm_run(tiny: Path, out: Path, cache: Path, *overrides: str, key: str | None
         env["APM_TEST_KEY"] = key
     began = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={out}",
+        [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={out}",
          f"frames.cache_dir={cache}", "logging.progress=false", "logging.wandb.mode=offline", *overrides],
         capture_output=True, text=True, env=env | {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}, timeout=300,
     )

@@ -61,7 +61,7 @@ def test_a_file_gets_lines_a_terminal_a_bar_and_disabled_nothing(tmp_path: Path)
 @pytest.mark.slow
 def test_apm_run_draws_a_bar_on_a_terminal_and_lines_into_a_log(tmp_path: Path) -> None:
     release = generate(tmp_path / "rel", seed=3, scale="tiny")
-    common = [sys.executable, "-m", "apm.runner.app", f"dataset.root={release}", f"frames.cache_dir={tmp_path / 'c'}",
+    common = [sys.executable, "-m", "apm.cli.run", f"dataset.root={release}", f"frames.cache_dir={tmp_path / 'c'}",
               "memory=none", "backbone=random", "logging.wandb.mode=disabled", "preflight=false", "dataset.limit=20"]
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     with open(tmp_path / "slurm.out", "w") as log:  # as SLURM writes a job's output: a file

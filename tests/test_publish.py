@@ -24,18 +24,18 @@ import pandas as pd
 import pytest
 from runner_helpers import records
 
+from apm.cli.judge import main as judge_main
+from apm.cli.publish import main as publish_main
+from apm.cli.reduce import main as reduce_main
 from apm.data.release import load_release
 from apm.data.tasks import TASKS
-from apm.judge.cli import main as judge_main
 from apm.publish import PublishOptions, publish
-from apm.publish.cli import main as publish_main
 from apm.publish.instances import checkpoint, probe_point
 from apm.publish.thumbnails import GAP, HEIGHT, MAX_THUMBNAILS, spread
 from apm.publish.wandb_runs import parts, run_id
 from apm.records.atomic import MARKER, OUTPUT_LOCK
 from apm.records.jsonl import latest_records
 from apm.records.lock import WriterLock
-from apm.reduce.cli import main as reduce_main
 from apm.synth import generate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def apm_run(release: Path, out: Path, cache: Path, *extra: str) -> subprocess.Po
     """``apm-run`` as a user starts it (so the records carry the config-group choices)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen(
-        [sys.executable, "-m", "apm.runner.app", *[a for a in extra if a.startswith("-")], f"dataset.root={release}",
+        [sys.executable, "-m", "apm.cli.run", *[a for a in extra if a.startswith("-")], f"dataset.root={release}",
          f"output_root={out}", f"frames.cache_dir={cache}", "logging.progress=false",
          *[a for a in extra if not a.startswith("-")]],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -340,7 +340,7 @@ def test_a_killed_and_resumed_shard_loses_no_row(release, tmp_path, wandb_env):
 def _publish_proc(run_dir: Path) -> subprocess.Popen:
     """``apm-publish RUN_DIR`` as a user starts it, in its own process group (a kill takes its W&B service)."""
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # not this test process's W&B service
-    return subprocess.Popen([sys.executable, "-m", "apm.publish.cli", str(run_dir), "--bootstrap", "0", "--mode",
+    return subprocess.Popen([sys.executable, "-m", "apm.cli.publish", str(run_dir), "--bootstrap", "0", "--mode",
                              "offline"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from apm.cli.reduce import main
 from apm.reduce import load_runs, score_table
-from apm.reduce.cli import main
 from apm.testing import fixtures
 
 

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from apm.reduce.cli import main
+from apm.cli.reduce import main
 from apm.testing import fixtures
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"

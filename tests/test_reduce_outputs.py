@@ -13,10 +13,10 @@ from PIL import Image
 
 from apm.backbones.baselines import RandomBaseline
 from apm.backbones.vllm_server import VLLMServerBackbone
+from apm.cli.reduce import main
 from apm.memory.simple import SimpleStream
 from apm.publish.report import chunks, log_summary
 from apm.reduce import bootstrap
-from apm.reduce.cli import main
 from apm.reduce.figures import bubble_areas, spans_decades, write_figures
 from apm.reduce.names import human_bytes, method_label
 from apm.reduce.scores import SCORE_COLUMNS, read_scores
@@ -242,7 +242,7 @@ def test_a_failed_reduce_leaves_the_previous_report_whole(tmp_path: Path, monkey
     def full_disk(*_: object) -> list[Path]:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("apm.reduce.cli.write_figures", full_disk)
+    monkeypatch.setattr("apm.cli.reduce.write_figures", full_disk)
     capsys.readouterr()
     assert main([str(root), "--out", str(out), "--bootstrap", "0"]) == 2
     said = capsys.readouterr().err.strip().splitlines()  # after a coverage line per method (no plans here)

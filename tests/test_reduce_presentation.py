@@ -17,11 +17,11 @@ from matplotlib.text import Text
 from apm.backbones.baselines import AlwaysIntervene, AlwaysSilent, RandomBaseline
 from apm.backbones.perceiver import PixelPerceiver
 from apm.backbones.vllm_server import VLLMServerBackbone
+from apm.cli.reduce import main
 from apm.memory.simple import OracleEvidence, SimpleStream
 from apm.memory.text import Retrieval, TextSummary
 from apm.memory.video import RawVideo
 from apm.records.declaration import Declaration
-from apm.reduce.cli import main
 from apm.reduce.figures import bubble_areas, radar_figure, tradeoff_figure, write_figures
 from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import read_scores

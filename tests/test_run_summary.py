@@ -46,7 +46,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_the_readmes_try_is_loud_and_leaves_a_partial_shard(tiny: Path, tmp_path: Path) -> None:
     root = tmp_path / "runs"
-    run = ("apm.runner.app", f"dataset.root={tiny}", f"output_root={root}", f"frames.cache_dir={tmp_path / 'c'}",
+    run = ("apm.cli.run", f"dataset.root={tiny}", f"output_root={root}", f"frames.cache_dir={tmp_path / 'c'}",
            "memory=none", "backbone=random", "logging.wandb.mode=disabled", "logging.progress=false")
     tried = _cli(*run, "dataset.limit=13")
     assert tried.returncode == 0, tried.stderr
@@ -57,10 +57,10 @@ def test_the_readmes_try_is_loud_and_leaves_a_partial_shard(tiny: Path, tmp_path
     (manifest,) = root.rglob("jobs/shard-0-of-1/manifest.json")
     assert json.loads(manifest.read_text())["subset"] == ["dataset.limit=13"]
 
-    status = _cli("apm.scale.status", str(root))
+    status = _cli("apm.cli.status", str(root))
     assert status.returncode == 0, status.stdout + status.stderr
     assert " partial " in status.stdout and "1 partial" in status.stdout
-    reduced = _cli("apm.reduce.cli", str(root), "--out", str(tmp_path / "report"), "--bootstrap", "0", "--no-figures",
+    reduced = _cli("apm.cli.reduce", str(root), "--out", str(tmp_path / "report"), "--bootstrap", "0", "--no-figures",
                    "--allow-unjudged")
     assert reduced.returncode == 0, reduced.stderr
     assert "(partial)" in (tmp_path / "report" / "tables" / "table4.md").read_text()
@@ -69,7 +69,7 @@ def test_the_readmes_try_is_loud_and_leaves_a_partial_shard(tiny: Path, tmp_path
     assert full.returncode == 0, full.stderr
     assert "subset" not in full.stdout and "apm-run: scores of " in full.stdout
     assert json.loads(manifest.read_text())["subset"] == []
-    status = _cli("apm.scale.status", str(root))
+    status = _cli("apm.cli.status", str(root))
     assert status.returncode == 0 and "1 done" in status.stdout, status.stdout
 
 
@@ -80,7 +80,7 @@ def test_apm_data_keys_lists_the_keys_print_request_takes(tiny: Path, tmp_path: 
     keys = [line.split("\t") for line in listed.stdout.splitlines()]
     expected = [i.key for i in release_instances(load_release(tiny, check_videos=False)) if i.task == "ERA"]
     assert [k for k, _ in keys] == expected and {t for _, t in keys} == {"ERA"}
-    shown = _cli("apm.runner.app", f"dataset.root={tiny}", f"output_root={tmp_path / 'runs'}",
+    shown = _cli("apm.cli.run", f"dataset.root={tiny}", f"output_root={tmp_path / 'runs'}",
                  f"frames.cache_dir={tmp_path / 'c'}", "memory=none", "backbone=random", f"print_request={keys[0][0]}")
     assert shown.returncode == 0 and keys[0][0] in shown.stdout, shown.stderr
     nothing = _cli("apm.cli.data", "keys", str(tiny), "--trajectory", "no-such")

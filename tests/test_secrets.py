@@ -94,7 +94,7 @@ def _serve(*flags: str, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
 
 def _run(tiny: Path, tmp: Path, base_url: str, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={tmp / 'runs'}",
+        [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={tmp / 'runs'}",
          f"frames.cache_dir={tmp / 'cache'}", "logging.progress=false", "logging.wandb.mode=offline",
          "memory=none", "backbone=openai_compatible", f"backbone.base_url={base_url}", "backbone.model=m",
          "backbone.api_key_env=APM_TEST_KEY", "dataset.limit=6", "preflight=false", *extra],
@@ -127,10 +127,10 @@ def test_no_byte_written_by_any_stage_holds_a_secret(tiny: Path, tmp_path: Path)
     assert "Authorization: Bearer ***" in records[0].read_text()
     said = [done]
     runs = str(tmp_path / "runs")
-    said.append(_command("apm.reduce.cli", runs, "--out", str(tmp_path / "report"), "--no-figures", "--bootstrap",
+    said.append(_command("apm.cli.reduce", runs, "--out", str(tmp_path / "report"), "--no-figures", "--bootstrap",
                          "0", "--wandb", "--wandb-mode", "offline", env=env))
-    said.append(_command("apm.view.cli", runs, "--out", str(tmp_path / "site"), env=env))
-    said.append(_command("apm.publish.cli", runs, "--dir", str(tmp_path / "published"), "--bootstrap", "0", env=env))
+    said.append(_command("apm.cli.view", runs, "--out", str(tmp_path / "site"), env=env))
+    said.append(_command("apm.cli.publish", runs, "--dir", str(tmp_path / "published"), "--bootstrap", "0", env=env))
     assert [d.returncode for d in said[1:]] == [0, 0, 0], [d.stderr[-500:] for d in said[1:]]
     assert any((tmp_path / "site").rglob("*.js"))
     live, report, published = (list(where.rglob("offline-run-*")) for where in

@@ -46,7 +46,7 @@ def tiny(tmp_path_factory):
 def _apm_run(tiny: Path, out: Path, cache: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
     return subprocess.Popen(
-        [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={out}",
+        [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={out}",
          f"frames.cache_dir={cache}", "logging.wandb.mode=disabled", "logging.progress=false",
          "memory=none", "backbone=random", "concurrency=1", "backbone._target_=test_shard_lock.Sluggish"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -173,7 +173,7 @@ RACE = ["memory=raw_video", "backbone=random", "backbone._target_=slow_backbones
 def _job(tiny: Path, out: Path, cache: Path, hold: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests"), "APM_TEST_HOLD": str(hold)}
     return subprocess.Popen(
-        [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={out}",
+        [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={out}",
          f"frames.cache_dir={cache}", "logging.wandb.mode=disabled", "logging.progress=false", *RACE, *extra],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

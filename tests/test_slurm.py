@@ -21,6 +21,7 @@ import pytest
 from runner_helpers import compose_run, memory_records, records, run
 
 from apm.backbones.baselines import Oracle, RandomBaseline
+from apm.cli import status as apm_status
 from apm.scale import status
 from apm.synth import generate
 
@@ -186,7 +187,7 @@ def test_sweep_cancel_preempt_resubmit_equals_unsharded_run(setup):
     swept_s = time.monotonic() - began
 
     resubmit = subprocess.run(
-        [sys.executable, "-m", "apm.scale.submit", "-m", *overrides],
+        [sys.executable, "-m", "apm.cli.submit", "-m", *overrides],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -197,7 +198,7 @@ def test_sweep_cancel_preempt_resubmit_equals_unsharded_run(setup):
     assert "1 jobs submitted, 11 skipped" in resubmit.stdout, resubmit.stdout
     final = _settle(root, 120)
     assert len(final) == 12 and all(r.state == "done" and r.duplicates == 0 for r in final), status.render(final)
-    assert status.main([str(root)]) == 0
+    assert apm_status.main([str(root)]) == 0
 
     for (memory, backbone), ref_dir in reference.items():
         run_dir = root / ref_dir.relative_to(ref_dir.parents[2])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from apm.cli import status as apm_status
 from apm.runner import ledger
 from apm.scale import scheduler, status
 from apm.testing import fixtures
@@ -81,10 +82,10 @@ def test_status_asks_the_scheduler_when_there_is_one(sweep, monkeypatch):
 
 def test_cli_table_json_and_exit_code(sweep, monkeypatch, capsys):
     monkeypatch.setattr(scheduler, "available", lambda: False)
-    assert status.main([str(sweep)]) == 1  # a failed shard
+    assert apm_status.main([str(sweep)]) == 1  # a failed shard
     table = capsys.readouterr().out
     assert "3 shards: 1 died, 1 done with errors, 1 running · 17/30 instances · 2 errors" in table
-    assert status.main([str(sweep), "--json"]) == 1
+    assert apm_status.main([str(sweep), "--json"]) == 1
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["shard"], r["state"], r["done"], r["failed"]) for r in rows] == [
         ("shard-0-of-3", "done with errors", 10, False), ("shard-1-of-3", "running", 4, False),

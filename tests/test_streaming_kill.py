@@ -27,7 +27,7 @@ def tiny(tmp_path_factory):
 def apm_run(tiny: Path, out: Path, cache: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     return subprocess.Popen(
-        [sys.executable, "-m", "apm.runner.app", f"dataset.root={tiny}", f"output_root={out}",
+        [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={out}",
          f"frames.cache_dir={cache}", "logging.wandb.mode=disabled", "logging.progress=false",
          f"hydra.searchpath=[file://{TESTS / 'conf'}]", "memory=pixel_spy", "memory.delay_s=0.02",
          "backbone=random", "dataset.tasks=[ER,ERA,RCR,MPA,PRM,TPG]"],

@@ -65,7 +65,7 @@ def test_print_request_lists_exactly_what_the_run_sends(tiny, tmp_path):
     out = tmp_path / "runs"
     args = [f"dataset.root={tiny}", f"output_root={out}", f"frames.cache_dir={tmp_path / 'cache'}",
             "memory=raw_video", "backbone=qwen3_vl_8b", "backbone.max_frames=32"]
-    printed = subprocess.run([sys.executable, "-m", "apm.runner.app", *args, f"print_request={key}"],
+    printed = subprocess.run([sys.executable, "-m", "apm.cli.run", *args, f"print_request={key}"],
                              capture_output=True, text=True, timeout=120)
     assert printed.returncode == 0, printed.stderr
     assert not out.exists()  # no model called, nothing written

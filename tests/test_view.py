@@ -20,12 +20,12 @@ import pytest
 from PIL import Image
 from runner_helpers import compose_run, records, run
 
+from apm.cli.judge import main as judge
+from apm.cli.view import main as view
 from apm.data.instances import release_instances
 from apm.data.release import load_release
-from apm.judge.cli import main as judge
 from apm.reduce import load_runs, score_table
 from apm.synth import generate
-from apm.view.cli import main as view
 
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -15,6 +15,7 @@ from runner_helpers import compose_run
 
 from apm.backbones.base import Response
 from apm.backbones.baselines import RandomBaseline
+from apm.cli import status as apm_status
 from apm.records.jsonl import (
     REVISION,
     STAMP,
@@ -138,7 +139,7 @@ def test_rerun_with_fewer_shards_supersedes_the_errors_of_the_first(tiny, tmp_pa
     rows = status.sweep_status(tmp_path / "runs")
     assert {r.shard for r in rows} == {"shard-0-of-1", "shard-0-of-2", "shard-1-of-2"}
     assert all(r.state == "done" and r.errors == 0 for r in rows)
-    assert status.main([str(tmp_path / "runs")]) == 0
+    assert apm_status.main([str(tmp_path / "runs")]) == 0
 
 
 def test_errors_from_a_node_an_hour_ahead_are_superseded_by_a_rerun(tiny, tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 
 Stages: :mod:`load` (JSONL → DataFrames) → :mod:`units` (per-candidate sufficient statistics) →
 :mod:`metrics` (pure estimators) + :mod:`bootstrap` → :mod:`scores` (long ``scores.csv``) →
-:mod:`tables`, :mod:`figures`; :mod:`compare` pairs two runs; :mod:`cli` is ``apm-reduce``.
+:mod:`tables`, :mod:`figures`; :mod:`compare` pairs two runs; ``apm-reduce`` is :mod:`apm.cli.reduce`.
 """
 
 from apm.reduce.compare import compare_runs

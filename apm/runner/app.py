@@ -1,4 +1,4 @@
-"""``apm-run``: the Hydra app. Compose, check, then run the online protocol.
+"""The job ``apm-run`` runs (its entry point: ``apm.cli.run``): compose, check, then run the online protocol.
 
 The run directory is ``<output_root>/<dataset>/<memory>/<backbone>-<config hash>``: the same for a
 rerun, a resume, a requeued job and every shard, so records accumulate in one place and what is on
@@ -12,7 +12,6 @@ check leaves nothing behind (Hydra's own job folder is removed again) and ``apm-
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 import json
 import logging
@@ -26,24 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException
-from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from apm.backbones.base import GenerationSettings, as_backbone
-from apm.backbones.openai_api import EndpointError, url_credentials_problem
-from apm.configs import CONF_DIR
+from apm.backbones.openai_api import url_credentials_problem
 from apm.data.fingerprint import release_fingerprint
 from apm.data.instances import Instance, release_instances
 from apm.data.model import Trajectory
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.data.tasks import EA, TASKS
-from apm.errors import hold, hydra_guarded
 from apm.judge.stage import JudgeStage
 from apm.live.progress import job_progress
 from apm.live.wandb_sink import WandbSink
@@ -51,7 +44,7 @@ from apm.prompts import PROMPT_VERSION
 from apm.records.atomic import write_json_atomically
 from apm.records.declaration import run_declarations
 from apm.records.jsonl import latest_records
-from apm.records.redact import ENV_NAME, redact_data, redact_logging, register_config_secrets
+from apm.records.redact import ENV_NAME, redact_data, register_config_secrets
 from apm.runner import latency, ledger, manifest
 from apm.runner.code import code_identity, code_parts, what_changed
 from apm.runner.config import (
@@ -519,32 +512,3 @@ def discard_fresh_job_folder(cfg: DictConfig) -> None:
             break
         parent.rmdir()
 
-
-@hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
-def _app(cfg: DictConfig) -> None:
-    """The Hydra task: one shard job, or one instance's request (``print_request``)."""
-    redact_logging()
-    try:
-        if cfg.print_request:
-            print(request_listing(cfg))
-        else:
-            asyncio.run(run_async(cfg, strict=True))
-    except Exception as e:
-        if HydraConfig.get().mode != RunMode.RUN:
-            raise  # a sweep reports its failed jobs itself
-        hold(e)
-    finally:
-        discard_fresh_job_folder(cfg)
-
-
-SETUP_ERRORS = (ConfigError, EndpointError, HydraException, OmegaConfBaseException)
-"""Errors found before the run started (exit status 2); any other stops a run (exit status 1)."""
-
-
-def main() -> None:
-    """``apm-run``: every error is one line on stderr and a non-zero exit (``--debug``: the traceback)."""
-    sys.exit(hydra_guarded("apm-run", _app, SETUP_ERRORS))
-
-
-if __name__ == "__main__":
-    main()

@@ -14,18 +14,15 @@ while jobs run, after they end, and on a machine without SLURM.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apm.errors import DEBUG_FLAG, OneLineParser, guarded
 from apm.records.jsonl import latest_by, read_folder, read_jsonl
 from apm.runner import ledger
 from apm.scale import scheduler
@@ -255,29 +252,3 @@ def _whole_plan(rows: list[ShardStatus]) -> str:
         whole = all(r.total is not None for r in mine)
         totals.append(population if population is not None else sum(r.total or 0 for r in mine) if whole else None)
     return "?" if any(t is None for t in totals) else str(sum(t for t in totals if t is not None))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = OneLineParser(prog="apm-status", description=__doc__.splitlines()[0])
-    p.add_argument("root", type=Path, help="a run dir or any folder above run dirs (an output_root)")
-    p.add_argument("--json", action="store_true", help="one JSON object per shard instead of the table")
-    p.add_argument(DEBUG_FLAG, action="store_true", help="show the traceback of an error")
-    args = p.parse_args(argv)
-    return guarded("apm-status", lambda: report(args.root, args.json), args.debug)
-
-
-def report(root: Path, as_json: bool) -> int:
-    """Print the sweep's status; exit status 1 when a shard needs resubmitting."""
-    if not root.exists():
-        raise FileNotFoundError(f"{root} does not exist")
-    rows = sweep_status(root)
-    if as_json:
-        for r in rows:
-            print(json.dumps(asdict(r) | {"failed": r.failed, "complete": r.complete}))
-    else:
-        print(render(rows))
-    return 1 if any(r.failed for r in rows) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

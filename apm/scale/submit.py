@@ -1,4 +1,4 @@
-"""``apm-submit [-m] OVERRIDES…``: submit a whole sweep as one SLURM array and return at once.
+"""What ``apm-submit [-m] OVERRIDES…`` does: submit a whole sweep as one SLURM array and return at once.
 
 The sweep is expanded as Hydra's basic sweeper expands it (``hydra.sweeper.params`` of an experiment
 preset first, then the command line); a config without ``shard.index`` becomes one job per shard of
@@ -12,23 +12,18 @@ settings are the ``hydra/launcher`` preset's.
 from __future__ import annotations
 
 import itertools
-import os
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from apm.configs import CONF_DIR
-from apm.errors import OneLineParser, console_script
-from apm.runner import app, ledger
+from apm.runner import ledger
 from apm.runner.app import check_engine_urls, check_shard, run_dir_of
 from apm.runner.config import ConfigError
 from apm.scale import scheduler
@@ -44,20 +39,6 @@ class ShardJob:
     shard: str
     reruns: bool = False
     """Whether the job runs ``rerun=errors|all``, so a shard whose instances are all on record is not done."""
-
-
-class RunShard:
-    """What each array task calls: ``apm-run OVERRIDES`` in this process; requeued, it resumes."""
-
-    def __call__(self, overrides: list[str]) -> None:
-        sys.argv = ["apm-run", *overrides]
-        app.main()
-
-    def checkpoint(self, overrides: list[str]) -> Any:
-        """Called by submitit on the warning signal: rerun the same overrides (records are skipped)."""
-        import submitit
-
-        return submitit.helpers.DelayedSubmission(self, overrides)
 
 
 def _compose(overrides: Sequence[str]) -> DictConfig:
@@ -165,45 +146,14 @@ def unset_slurm_settings(launcher: dict[str, Any]) -> list[str]:
             "or refuses the jobs" for key, env in settings if not launcher.get(key)]
 
 
-def submit(jobs: list[ShardJob], launcher: dict[str, Any]) -> list[tuple[ShardJob, str]]:
-    """Submit ``jobs`` as one array without waiting; record each in its shard's ledger."""
+def submit(jobs: list[ShardJob], launcher: dict[str, Any],
+           task: Callable[[list[str]], Any]) -> list[tuple[ShardJob, str]]:
+    """Submit ``jobs`` as one array without waiting (each array task calls ``task(overrides)``); record each
+    in its shard's ledger."""
     executor = make_executor(launcher)
-    handles = executor.map_array(RunShard(), [list(j.overrides) for j in jobs])
+    handles = executor.map_array(task, [list(j.overrides) for j in jobs])
     for job, handle in zip(jobs, handles):
         ledger.append_event(job.run_dir, job.shard, "submitted", job_id=str(handle.job_id),
                             overrides=list(job.overrides), log=str(handle.paths.stdout))
     return [(job, str(h.job_id)) for job, h in zip(jobs, handles)]
 
-
-@console_script("apm-submit", usage=(ConfigError, HydraException, OmegaConfBaseException))
-def main(argv: Sequence[str] | None = None) -> int:
-    """Submit the sweep's pending shard jobs; every error is one line (``--debug``: the traceback), a config
-    error exit 2."""
-    p = OneLineParser(prog="apm-submit", description=__doc__.splitlines()[0])
-    p.add_argument("overrides", nargs="*", help="apm-run overrides, sweeps included (a,b / range(n))")
-    p.add_argument("-m", "--multirun", action="store_true", help="accepted as apm-run accepts it; always a sweep")
-    p.add_argument("--dry-run", action="store_true", help="list the jobs; submit nothing")
-    args = p.parse_args(argv)
-    jobs, launcher = expand(args.overrides)
-    todo, skipped = pending(jobs)
-    for job, why in skipped:
-        print(f"skip   {why:<10} {job.run_dir} {job.shard}")
-    if args.dry_run or not todo:
-        for job in todo:
-            print(f"would submit   {job.run_dir} {job.shard}  {' '.join(job.overrides)}")
-        print(f"apm-submit: would submit {request_totals(len(todo), launcher)}; {len(skipped)} skipped")
-        for warning in unset_slurm_settings(launcher) if todo else []:
-            print(warning, file=sys.stderr)
-        return 0
-    for job, job_id in submit(todo, launcher):
-        print(f"submitted {job_id:<10} {job.run_dir} {job.shard}")
-    for warning in unset_slurm_settings(launcher):
-        print(warning, file=sys.stderr)
-    root = os.path.commonpath([str(j.run_dir) for j in jobs])
-    print(f"apm-submit: {len(todo)} jobs submitted, {len(skipped)} skipped ({request_totals(len(todo), launcher)}); "
-          f"follow with: apm-status {root}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 :mod:`collect` reads run dirs (records, judgements, scores via :mod:`apm.reduce`, prompt fields via
 :mod:`apm.data`) into plain JSON; :mod:`thumbs` cuts thumbnails from the frame cache; :mod:`site`
-writes the page (assets in ``assets/``); :mod:`cli` is the command. Contract: ``docs/view.md``.
+writes the page (assets in ``assets/``); the command is :mod:`apm.cli.view`. Contract: ``docs/view.md``.
 """
 
 from apm.view.site import Site, build_site

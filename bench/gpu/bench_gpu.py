@@ -36,8 +36,8 @@ from bench_prefix_cache import SHAPE, machine, run_config, run_records, summaris
 
 from apm.backbones import instantiate_backbone  # noqa: E402
 from apm.backbones.vllm_server import VLLMServerBackbone  # noqa: E402
+from apm.configs import CONF_DIR  # noqa: E402
 from apm.data.release import load_release  # noqa: E402
-from apm.runner.app import CONF_DIR  # noqa: E402
 from apm.synth import SCALES, generate  # noqa: E402
 from apm.testing.tiny_models import CHAT_TEMPLATE, build_qwen3vl_config, build_qwen3vl_processor, build_tokenizer  # noqa: E402
 from apm.video.cache import build_release_cache  # noqa: E402
