@@ -100,3 +100,14 @@ def test_shard_without_plan_counts_its_own_records(tmp_path, monkeypatch):
     row, other = status.sweep_status(tmp_path)
     assert (row.shard, row.done, row.total, row.duplicates, row.state) == ("shard-0-of-2", 1, None, 1, "not started")
     assert (other.shard, other.state, other.failed) == ("shard-1-of-2", "missing", True)  # never started
+
+
+def test_a_plan_that_cannot_be_written_leaves_no_temporary_file(tmp_path):
+    """The plan is written through ``apm.records.atomic`` (a writer's own temporary name, flushed to
+    disk, removed when the rename fails), not a hand-rolled ``.plan.json.<pid>``."""
+    shard = "shard-0-of-1"
+    blocked = ledger.shard_dir(tmp_path, shard) / ledger.PLAN
+    (blocked / "in-the-way").mkdir(parents=True)  # a folder where plan.json goes: the rename fails
+    with pytest.raises(OSError):
+        ledger.job_started(tmp_path, shard, [], [], selected=0, population=0)
+    assert sorted(p.name for p in blocked.parent.iterdir()) == [ledger.PLAN]

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from apm.records.atomic import write_json_atomically
 from apm.records.jsonl import JsonlAppender, done_keys, read_jsonl
 
 PLAN = "plan.json"
@@ -68,11 +69,7 @@ def job_started(run_dir: Path, shard: str, trajectories: Iterable[Any], instance
         "video_seconds": sum(t.video_seconds for t in trajectories),
         "keys": keys,
     }
-    folder = shard_dir(run_dir, shard)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{PLAN}.{os.getpid()}"
-    tmp.write_text(json.dumps(plan))
-    tmp.replace(folder / PLAN)
+    write_json_atomically(shard_dir(run_dir, shard) / PLAN, plan)
     on_record = len(done_keys(Path(run_dir) / "records") & set(keys))
     append_event(run_dir, shard, "started", job_id=scheduler_job_id(), host=socket.gethostname(), pid=os.getpid(),
                  restarts=int(os.environ.get("SLURM_RESTART_COUNT", 0)), on_record=on_record)
