@@ -108,3 +108,19 @@ def test_a_failed_memory_update_is_redone_with_everything_after_it(tiny, tmp_pat
         r["key"] for r in recs[:n_records] if r["session_id"] != "S001" or r["day_id"] != "DAY1"
     }
     assert all(r["memory_bytes"] > 0 for r in redone)
+
+
+def test_a_complete_bad_last_line_stays_and_is_skipped(tmp_path):
+    """Only an unterminated last line is cut on reopening; a complete line that is not JSON is kept and
+    skipped by the reader, and its instance is redone (docs/records.md, "Crash safety and reruns")."""
+    path = tmp_path / "records" / "shard-0-of-1.jsonl"
+    path.parent.mkdir()
+    a, b = (fixtures.record("ER", c, trajectory="T") for c in ("a", "b"))
+    kept = json.dumps(a).encode() + b"\n" + b"not json\n"
+    path.write_bytes(kept)
+    assert done_keys(path.parent) == {"T/a/query"}
+    w = JsonlAppender(path)
+    w.append(b)
+    w.close()
+    assert path.read_bytes().startswith(kept)
+    assert [r["key"] for r in read_jsonl(path, "records")] == ["T/a/query", "T/b/query"]

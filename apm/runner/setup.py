@@ -23,7 +23,9 @@ class RunSetup:
     release: Release
     run_dir: Path
     run_info: dict[str, Any]
-    """``dataset``, ``memory``, ``backbone``, ``config_hash``: copied onto every record."""
+    """The ``run`` block copied onto every record and memory line (docs/records.md): ``dataset``, ``memory``,
+    ``backbone``, ``config_hash``, ``release_fingerprint``, ``code``, ``choices``, ``overrides``,
+    ``declarations``, ``capabilities``."""
     protocol: MemoryProtocol | StreamingSystem
     backbone: Backbone
     writer: Backbone
