@@ -5,7 +5,7 @@ preset first, then the command line); a config without ``shard.index`` becomes o
 its ``shard.count``. Shards already done (unless the sweep reruns: ``rerun=errors|all``), or with a
 job still pending or running, are skipped, so resubmitting the same command finishes only what is
 missing. Each array task runs ``apm-run`` with its overrides in-process and, on SLURM's warning
-signal or a time-out, is requeued (``checkpoint``) and resumes from its records. The launcher
+signal or a time-out, is requeued (``apm.cli.submit.RunShard.checkpoint``) and resumes from its records. The launcher
 settings are the ``hydra/launcher`` preset's.
 """
 
