@@ -2,15 +2,21 @@
 
 One run per method and stage (``reduce`` holds the paper's metrics: the runs table is Table 4),
 flat config keys for every sweep axis, per-instance tables with the question, the judge's verdict
-and frame thumbnails; re-publishing replaces, and a killed and resumed shard loses no row.
+and frame thumbnails; re-publishing replaces, and a killed and resumed shard loses no row. One W&B
+story: every run of a call in one ``WANDB_DIR``-respecting folder, the exact ``wandb sync`` command for
+it, runs named ``<method> · <stage>``, artifacts with lineage up to the report's run, and a Report whose
+panels name summary keys the published runs really have.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -48,6 +54,7 @@ class Offline:
 
     folder: Path
     run_id: str
+    name: str
     group: str
     job_type: str
     tags: list[str]
@@ -57,6 +64,10 @@ class Offline:
     """Each logged table's rows (as dicts), read from its artifact's staged file."""
     files: dict[str, Path]
     """Every file the run's artifacts stage for upload: its path in the artifact → where it is staged."""
+    made: dict[str, str]
+    """The artifacts the run logged (not its tables'): name → digest."""
+    used: dict[str, str]
+    """The artifacts the run declared as its inputs: name → digest."""
 
 
 def _leet(folder: Path, *flags: str) -> str:
@@ -76,8 +87,12 @@ def read_offline(folder: Path) -> Offline:
     for e in (e for e in entries if e["path"].endswith(".table.json")):
         table = json.loads(Path(e["local_path"]).read_text())
         tables[e["path"].removesuffix(".table.json")] = [dict(zip(table["columns"], row)) for row in table["data"]]
-    return Offline(folder, run["run_id"], run.get("run_group", ""), run.get("job_type", ""), run.get("tags", []),
-                   merged["config"], merged["summary"], tables, {e["path"]: Path(e["local_path"]) for e in entries})
+    artifacts = [rec["artifact"] for rec in log if rec["type"] == "artifact" and rec["artifact"]["type"] != "run_table"]
+    made = {a["name"]: a["digest"] for a in artifacts if not a.get("use_after_commit")}
+    used = {a["name"]: a["digest"] for a in artifacts if a.get("use_after_commit")}
+    return Offline(folder, run["run_id"], run.get("display_name", ""), run.get("run_group", ""),
+                   run.get("job_type", ""), run.get("tags", []), merged["config"], merged["summary"], tables,
+                   {e["path"]: Path(e["local_path"]) for e in entries}, made, used)
 
 
 def offline_folders(root: Path) -> list[Path]:
@@ -135,11 +150,42 @@ def run_dirs_of(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob("config.json"))
 
 
+@dataclass(frozen=True)
+class Publication:
+    """``apm-publish SWEEP --report`` as a user runs it: its folder and what it printed."""
+
+    home: Path
+    stdout: str
+    stderr: str
+
+
 @pytest.fixture(scope="module")
-def published(sweep) -> dict[tuple[str, str, str], Offline]:
+def publication(sweep, tmp_path_factory) -> Publication:
+    home = tmp_path_factory.mktemp("published")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert publish_main([str(sweep), "--bootstrap", "0", "--dir", str(home), "--report"]) == 0
+    return Publication(home, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="module")
+def published(publication) -> dict[tuple[str, str, str], Offline]:
     """The sweep published once, read back: (memory, backbone, stage) → run."""
-    runs = [read_offline(p.folder) for p in publish([sweep], PublishOptions(bootstrap=0))]
+    runs = [read_offline(f) for f in offline_folders(publication.home)]
     return {(r.config["memory"], r.config["backbone"], r.job_type): r for r in runs}
+
+
+def release_group(config: dict[str, Any]) -> str:
+    """The group a method's runs are in by default: its release, ``<dataset>-<fingerprint[:8]>``."""
+    return f"{config['dataset_name']}-{config['release_fingerprint'][:8]}"
+
+
+def sync_folders(printed: str) -> list[Path]:
+    """The folders of the one ``wandb sync`` command a publish printed (at the end of its line)."""
+    (line,) = [line for line in printed.splitlines() if "upload with: " in line]
+    words = shlex.split(line.split("upload with: ")[1])
+    assert words[:2] == ["wandb", "sync"]
+    return [Path(w) for w in words[2:]]
 
 
 def _nan(value: Any) -> float:
@@ -155,7 +201,8 @@ def test_one_reduce_run_per_method_with_flat_config_is_table_4(published, sweep,
     assert sorted(r.config["config_hash"] for r in reduce) == sorted(hashes)
     for r in published.values():
         c = r.config
-        assert r.group == "runs" and r.run_id == run_id("runs", c["config_hash"], r.job_type)
+        assert r.group == release_group(c) and r.run_id == run_id(r.group, c["config_hash"], r.job_type)
+        assert r.name == f"{c['method']} · {r.job_type}"
         assert c["dataset"] == "synthetic" and c["backbone.max_frames"] == 4 and c["backbone_variant"] == "max_frames=4"
         assert c["prompt_version"].startswith("e-") and c["rubric_version"].startswith("a3-")
         assert c["judge_model"] == "apm.judge.reference.GateOnlyJudge" and c["run_dir"] == str(hashes[c["config_hash"]])
@@ -257,9 +304,9 @@ def _copy_run(sweep: Path, dest: Path) -> Path:
 
 @pytest.mark.slow
 def test_republishing_replaces_and_follows_the_records(sweep, tmp_path):
-    run_dir = _copy_run(sweep, tmp_path)
-    first = publish([run_dir], PublishOptions(bootstrap=0))
-    before = offline_folders(run_dir / "publish")
+    run_dir, home = _copy_run(sweep, tmp_path), tmp_path / "publish"
+    first = publish([run_dir], PublishOptions(bootstrap=0, directory=home))
+    before = offline_folders(home)
     ids = sorted(map(wandb_id, before))
     assert sorted(p.folder for p in first) == before and len(set(ids)) == 3
     recs = records(run_dir)
@@ -270,8 +317,8 @@ def test_republishing_replaces_and_follows_the_records(sweep, tmp_path):
     (run_dir / "records" / "shard-0-of-1-rerun.jsonl").write_text(json.dumps(rerun) + "\n")
 
     time.sleep(1.1)  # a new second: W&B names the fresh folders apart from the old ones
-    second = publish([run_dir], PublishOptions(bootstrap=0))
-    after = offline_folders(run_dir / "publish")
+    second = publish([run_dir], PublishOptions(bootstrap=0, directory=home))
+    after = offline_folders(home)
     assert after == sorted(p.folder for p in second) and not set(after) & set(before)  # superseded, not added to
     assert sorted(map(wandb_id, after)) == ids
     run = read_offline(next(p.folder for p in second if p.job_type == "run"))
@@ -282,16 +329,102 @@ def test_republishing_replaces_and_follows_the_records(sweep, tmp_path):
 
 
 @pytest.mark.slow
-def test_reduce_wandb_publishes_the_same_runs_and_a_report(sweep, tmp_path):
-    run_dir = _copy_run(sweep, tmp_path)
+def test_reduce_wandb_publishes_the_same_runs_and_a_report_with_lineage(sweep, tmp_path, capsys):
+    run_dir, home = _copy_run(sweep, tmp_path), tmp_path / "publish"
     for _ in range(2):
-        assert reduce_main([str(run_dir), "--out", str(tmp_path / "report"), "--bootstrap", "0", "--no-figures",
-                            "--wandb"]) == 0
-    stages = sorted(read_offline(f).job_type for f in offline_folders(run_dir / "publish"))
-    assert stages == ["judge", "reduce", "run"]
-    (report,) = offline_folders(tmp_path / "report")
-    got = read_offline(report)
-    assert got.job_type == "report" and got.group == "runs" and "tables/table4" in got.tables
+        assert reduce_main([str(run_dir), "--out", str(tmp_path / "report"), "--bootstrap", "0", "--wandb",
+                            "--wandb-dir", str(home)]) == 0
+    runs = {r.job_type: r for r in map(read_offline, offline_folders(home))}  # one folder: every run, once
+    assert sorted(runs) == ["judge", "reduce", "report", "run"] and not offline_folders(tmp_path / "report")
+    assert sorted(sync_folders(capsys.readouterr().out.split("apm-reduce: W&B")[-1])) == offline_folders(home)
+
+    report, config_hash = runs["report"], runs["run"].config["config_hash"]
+    assert report.group == release_group(runs["run"].config) == runs["run"].group
+    assert report.name == f"report of 1 method(s) · {report.group}"
+    assert report.config["seed"] == 0 and report.config["bootstrap"] == 0 and report.config["methods"] == 1
+    assert report.config["config_hashes"] == [config_hash] and report.config["allow_unjudged"] is False
+    figures = {f"figures/{p.stem}" for p in (tmp_path / "report" / "figures").glob("*.png")}
+    assert figures <= set(report.summary) and "tables/table4" in report.tables  # (a baseline is in no figure)
+    table4, csv = report.tables["tables/table4"], pd.read_csv(tmp_path / "report" / "tables" / "table4.csv")
+    assert [list(row) for row in table4] == [list(csv.columns)] * len(csv)
+    overall = [row["Overall"] for row in table4]
+    assert all(isinstance(v, float) for v in overall) and overall == pytest.approx(list(csv["Overall"]))
+
+    records_, judgements = f"records-{config_hash}", f"judgements-{config_hash}"
+    assert set(runs["run"].made) == {records_} and runs["run"].used == {}
+    assert runs["judge"].used == {records_: runs["run"].made[records_]} and set(runs["judge"].made) == {judgements}
+    assert runs["reduce"].used == {**runs["run"].made, **runs["judge"].made}
+    assert set(runs["reduce"].made) == {f"scores-{config_hash}"}
+    assert report.used == runs["reduce"].used  # the report is made from the runs' artifacts
+    (made,) = report.made
+    assert made == f"report-{report.group}"
+    assert {"scores.csv", "manifest.json", "tables/table4.csv"} <= set(report.files)
+    assert {f"records/{p.name}" for p in (run_dir / "records").glob("*.jsonl")} <= set(runs["run"].files)
+
+
+@pytest.mark.slow
+def test_one_folder_under_wandb_dir_and_the_exact_sync_command(sweep, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-home"))
+    run_dir = _copy_run(sweep, tmp_path)
+    assert publish_main([str(tmp_path / "runs"), "--bootstrap", "0"]) == 0
+    home = tmp_path / "wandb-home" / "apm-publish"
+    written = offline_folders(home)
+    assert len(written) == 3 and sorted(sync_folders(capsys.readouterr().err)) == written
+    assert offline_folders(tmp_path / "runs") == [] and not (run_dir / "publish").exists()
+    monkeypatch.delenv("WANDB_DIR")
+    assert publish_main([str(tmp_path / "runs"), "--bootstrap", "0"]) == 0  # no WANDB_DIR: the sweep's folder
+    assert sorted(sync_folders(capsys.readouterr().err)) == offline_folders(tmp_path / "runs" / "publish")
+
+
+def _references(spec: Any) -> tuple[set[str], list[list[str]]]:
+    """The summary keys a Report or workspace specification refers to — panel axes and metrics, runs-table
+    columns — and each runs table's column order."""
+    keys: set[str] = set()
+    orders: list[list[str]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+        if not isinstance(node, dict):
+            return
+        for axis in ("xAxis", "yAxis", "zAxis"):
+            if isinstance(node.get(axis), str):
+                keys.add(node[axis].removeprefix("summary:"))
+        if isinstance(node.get("metrics"), list):
+            keys.update(node["metrics"])
+        for columns in ("columnOrder", "columnVisible", "columnPinned"):
+            names = list(node.get(columns) or [])
+            keys.update(c.removeprefix("summary:") for c in names if c.startswith("summary:"))
+        if node.get("columnOrder"):
+            orders.append(list(node["columnOrder"]))
+        for value in node.values():
+            walk(value)
+
+    walk(spec)
+    return {k for k in keys if not k.startswith("_")}, orders  # W&B's own axes (``_step``) are no summary keys
+
+
+@pytest.mark.slow
+def test_the_report_shows_table_4_and_figure_2_from_keys_the_runs_have(publication, published):
+    spec = json.loads((publication.home / "report.json").read_text())
+    (reduce_group,) = {r.group for r in published.values()}
+    assert list(spec["groups"]) == [reduce_group]
+    reduce = [r for r in published.values() if r.job_type == "reduce"]
+    for view in spec["groups"][reduce_group].values():
+        keys, orders = _references(view)
+        missing = {(r.name, k) for r in reduce for k in keys if not isinstance(r.summary.get(k), int | float)}
+        assert keys and missing == set()  # every panel and column names a number each reduce run has
+        assert {"ttft_s/all", "overall/all", "storage_bytes_per_hour/all"} <= keys  # Figure 2
+        assert {f"task_score/{t}" for t in TASKS} <= keys  # the radar's 12 axes
+    report_orders = _references(spec["groups"][reduce_group]["report"])[1]
+    paper = ["ER", "EST", "TR", "ACR", "CT", "OCR", "STU", "ERA", "RCR", "MPA", "PRM", "TPG"]
+    table4 = ["run:displayName", *(f"summary:task_score/{t}" for t in paper), "summary:overall/all",
+              "summary:ea_accuracy/EA", "summary:eu_accuracy/EA"]
+    assert table4 in report_orders
+    filters = json.dumps(spec["groups"][reduce_group])
+    assert '"name": "jobType"' in filters and f'"value": "{reduce_group}"' in filters
+    assert f"the Report of {reduce_group}: {publication.home / 'report.json'}" in publication.stderr
 
 
 @pytest.mark.slow
@@ -332,17 +465,18 @@ def test_a_killed_and_resumed_shard_loses_no_row(release, tmp_path, wandb_env):
     assert len(live) == 2 and len({wandb_id(f) for f in live}) == 2  # each attempt its own run: none overwritten
     assert read_offline(live[-1]).job_type == "live"  # (the killed attempt's log may still be being flushed)
     keys = {r["key"] for r in records(run_dir)}
-    (p, *_) = publish([run_dir], PublishOptions(bootstrap=0))
+    (p, *_) = publish([run_dir], PublishOptions(bootstrap=0, directory=tmp_path / "publish"))
     rows = read_offline(p.folder).tables["instances/part0"]
     assert len(keys) == 144 and sorted(r["key"] for r in rows) == sorted(keys)
 
 
-def _publish_proc(run_dir: Path) -> subprocess.Popen:
-    """``apm-publish RUN_DIR`` as a user starts it, in its own process group (a kill takes its W&B service)."""
+def _publish_proc(run_dir: Path, home: Path) -> subprocess.Popen:
+    """``apm-publish RUN_DIR --dir HOME`` as a user starts it, in its own process group (a kill takes its W&B
+    service)."""
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # not this test process's W&B service
     return subprocess.Popen([sys.executable, "-m", "apm.cli.publish", str(run_dir), "--bootstrap", "0", "--mode",
-                             "offline"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                             "offline", "--dir", str(home)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def _syncable(publish_dir: Path) -> dict[str, Offline]:
@@ -353,49 +487,49 @@ def _syncable(publish_dir: Path) -> dict[str, Offline]:
 
 @pytest.mark.slow
 def test_concurrent_publishes_serialise_or_refuse_and_leave_every_run_syncable(sweep, tmp_path):
-    run_dir = _copy_run(sweep, tmp_path)
-    procs = [_publish_proc(run_dir) for _ in range(2)]
+    run_dir, home = _copy_run(sweep, tmp_path), tmp_path / "publish"
+    procs = [_publish_proc(run_dir, home) for _ in range(2)]
     outs = [(p.wait(timeout=300), *p.communicate()) for p in procs]
     won = [out for status, out, _ in outs if status == 0]
     refused = [err for status, _, err in outs if status != 0]
     assert won and len(won) + len(refused) == 2, outs
     assert all(err.count("\n") == 1 and "another apm-publish is writing it" in err for err in refused), refused
-    runs = _syncable(run_dir / "publish")
+    runs = _syncable(home)
     assert len(runs) == 3 and {r.job_type for r in runs.values()} == {"run", "judge", "reduce"}
     printed = [{Path(line.split()[-1]) for line in out.splitlines()} for out in won]
     assert {r.folder for r in runs.values()} in printed  # what the last publish printed is what is left
 
-    lock = WriterLock(run_dir / "publish" / OUTPUT_LOCK, {"host": "h", "pid": 1, "since": "now"})
+    lock = WriterLock(home / OUTPUT_LOCK, {"host": "h", "pid": 1, "since": "now"})
     with lock:  # a publish that is surely concurrent: refused in one line, nothing touched
-        busy = _publish_proc(run_dir)
+        busy = _publish_proc(run_dir, home)
         _, err = busy.communicate(timeout=300)
     assert busy.returncode == 2 and err.strip().endswith("another apm-publish is writing it (host h pid 1 since now)")
-    assert _syncable(run_dir / "publish") == runs
+    assert _syncable(home) == runs
 
 
 @pytest.mark.slow
 def test_a_killed_publish_leaves_each_run_whole_and_the_next_cleans_its_litter(sweep, tmp_path):
-    run_dir = _copy_run(sweep, tmp_path)
-    publish([run_dir], PublishOptions(bootstrap=0))
-    before = offline_folders(run_dir / "publish")
+    run_dir, home = _copy_run(sweep, tmp_path), tmp_path / "publish"
+    publish([run_dir], PublishOptions(bootstrap=0, directory=home))
+    before = offline_folders(home)
     time.sleep(1.1)  # a new second: the killed publish's folders are named apart
-    killed = _publish_proc(run_dir)
+    killed = _publish_proc(run_dir, home)
     deadline = time.time() + 120
-    while not set(offline_folders(run_dir / "publish")) - set(before):
+    while not set(offline_folders(home)) - set(before):
         assert killed.poll() is None and time.time() < deadline, "the publish ended before it could be killed"
         time.sleep(0.02)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait(timeout=60)
 
-    marker = json.loads((run_dir / "publish" / MARKER).read_text())
-    listed = {run_dir / "publish" / "wandb" / name for name in marker["runs"].values()}
-    litter = set(offline_folders(run_dir / "publish")) - listed
+    marker = json.loads((home / MARKER).read_text())
+    listed = {home / "wandb" / name for name in marker["runs"].values()}
+    litter = set(offline_folders(home)) - listed
     assert litter and len(listed) == 3  # a torn folder, and still one complete folder of each id
     assert {read_offline(f).run_id for f in listed} == set(marker["runs"])
 
-    again = _publish_proc(run_dir)
+    again = _publish_proc(run_dir, home)
     out, _ = again.communicate(timeout=300)
     assert again.returncode == 0, out
-    runs = _syncable(run_dir / "publish")
-    assert len(runs) == 3 and not litter & set(offline_folders(run_dir / "publish"))
+    runs = _syncable(home)
+    assert len(runs) == 3 and not litter & set(offline_folders(home))
     assert {r.folder for r in runs.values()} == {Path(line.split()[-1]) for line in out.splitlines()}

@@ -15,7 +15,8 @@ from apm.backbones.baselines import RandomBaseline
 from apm.backbones.vllm_server import VLLMServerBackbone
 from apm.cli.reduce import main
 from apm.memory.simple import SimpleStream
-from apm.publish.report import chunks, log_summary
+from apm.publish.report import report_run, report_tables, wandb_usable
+from apm.publish.wandb_runs import PublishOptions, chunks, read_all
 from apm.reduce import bootstrap
 from apm.reduce.figures import bubble_areas, spans_decades, write_figures
 from apm.reduce.names import human_bytes, method_label
@@ -156,25 +157,33 @@ def test_bubbles_log_scale_across_decades() -> None:
 
 
 def test_wandb_skips_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not log_summary(pd.DataFrame(), [], [], "p", mode="disabled")
+    assert not wandb_usable("disabled")
     monkeypatch.setitem(sys.modules, "wandb", None)  # import fails as if not installed
     with pytest.warns(UserWarning, match="not installed"):
-        assert not log_summary(pd.DataFrame(), [], [], "p", mode="offline")
+        assert not wandb_usable("offline")
 
 
-@pytest.mark.slow
-def test_wandb_offline_run(reduced: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("WANDB_DIR", "WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / var.lower()))
-    tables = sorted((reduced / "tables").glob("*.csv"))
-    figures = sorted((reduced / "figures").glob("*.png"))
-    assert log_summary(read_scores(reduced / "scores.csv"), tables, figures, "apm-test", "offline", tmp_path)
-    media = next(tmp_path.rglob("offline-run-*")) / "files" / "media"
-    logged = {p.relative_to(media).as_posix(): p for p in media.rglob("*.*")}
-    assert any(n.startswith("table/tables/table4_") for n in logged), logged
-    assert any(n.startswith("images/figures/figure2_tradeoff_") for n in logged), logged
-    part = next(p for n, p in logged.items() if n.startswith("table/scores/part0_"))
-    assert len(json.loads(part.read_text())["data"]) == len(read_scores(reduced / "scores.csv"))
+def fixtures_of(reduced: Path) -> list[Path]:
+    """The run dirs ``reduced`` was made from."""
+    return [reduced.parent / name for name in ("main", "ea", "none", "rand")]
+
+
+def test_report_tables_keep_numbers_as_numbers(reduced: Path) -> None:
+    tables = report_tables(reduced)
+    columns, rows = tables["tables/table4"]
+    csv = pd.read_csv(reduced / "tables" / "table4.csv")
+    assert list(columns) == list(csv.columns) and len(rows) == len(csv)
+    numeric = [i for i, c in enumerate(columns) if pd.api.types.is_numeric_dtype(csv[c])]
+    assert numeric and all(isinstance(r[i], float | int) or r[i] is None for r in rows for i in numeric)
+    assert any(isinstance(r[i], float) for r in rows for i in numeric)  # not '16.666666666666668'
+    spec = report_run(reduced, read_all(fixtures_of(reduced), PublishOptions(bootstrap=0)),
+                      PublishOptions(directory=reduced.parent / "publish"), {"seed": 0})
+    assert spec.tables == tables and "figures/figure2_tradeoff" in spec.images and spec.config["seed"] == 0
+    assert spec.config["methods"] == len(spec.config["config_hashes"]) == 4 and spec.job_type == "report"
+    scores_columns, scores_rows = tables["scores/part0"]
+    value = list(scores_columns).index("value")
+    assert len(scores_rows) == len(read_scores(reduced / "scores.csv"))
+    assert all(isinstance(r[value], float) or r[value] is None for r in scores_rows)
 
 
 def test_wandb_tables_are_chunked_below_its_row_limit() -> None:

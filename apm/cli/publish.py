@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from apm.errors import OneLineParser, console_script
-from apm.publish.wandb_runs import PublishOptions, publish
+from apm.publish.dashboard import build
+from apm.publish.wandb_runs import Published, PublishOptions, publish, sync_command
 
 
 def parser() -> argparse.ArgumentParser:
@@ -18,19 +19,30 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run dirs, or folders above them")
     p.add_argument("--project", default="apm-bench")
     p.add_argument("--entity")
-    p.add_argument("--group", help="the sweep (default: each run dir's output root name)")
+    p.add_argument("--group", help="the sweep (default: the release each method ran on, <dataset>-<fingerprint>)")
     p.add_argument("--mode", default=os.environ.get("WANDB_MODE", "offline"), choices=["offline", "online"],
                    help="default: $WANDB_MODE, else offline (then wandb sync)")
     p.add_argument("--dir", type=Path,
-                   help="offline runs go to DIR/wandb (default: RUN_DIR/publish/wandb); DIR must be new, "
-                        "empty or an earlier apm-publish folder")
+                   help="offline runs go to DIR/wandb (default: $WANDB_DIR/apm-publish, else the sweep root's "
+                        "publish/); DIR must be new, empty or an earlier apm-publish folder")
     p.add_argument("--judge", help="prefer judgements by this judge (as apm-reduce)")
     p.add_argument("--rubric", help="prefer judgements with this rubric version")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="replicates; 0: no intervals")
     p.add_argument("--all-frames", action="store_true", help="thumbnails for every instance, not only wrong or failed")
     p.add_argument("--cache-dir", help="frame cache for thumbnails (default: the run's frames.cache_dir)")
+    p.add_argument("--report", action="store_true",
+                   help="also a W&B Report and workspace view of Tables 3-4 and Figure 2 per group (offline: "
+                        "their specification, DIR/report.json)")
     return p
+
+
+def groups_by_home(published: list[Published]) -> dict[Path, set[str]]:
+    """The groups published into each publish folder."""
+    found: dict[Path, set[str]] = {}
+    for p in published:
+        found.setdefault(p.home, set()).add(p.group)
+    return found
 
 
 def options(args: argparse.Namespace) -> PublishOptions:
@@ -60,8 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for p in published:
         print(f"{p.job_type:>6}  {p.run_id}  {p.name}" + (f"  {p.folder}" if p.folder else ""))
     methods = len({p.run_id.split("-")[0] for p in published})
+    sync = sync_command(published)
     print(f"apm-publish: {len(published)} W&B runs of {methods} methods ({args.mode})"
-          + ("; upload with: wandb sync <folder>…" if args.mode == "offline" else ""), file=sys.stderr)
+          + (f"; upload with: {sync}" if sync else ""), file=sys.stderr)
+    if args.report:
+        for home, groups in groups_by_home(published).items():
+            built = build(groups, args.project, args.entity, args.mode, home)
+            print(f"apm-publish: the Report of {', '.join(sorted(groups))}: {' '.join(built)}", file=sys.stderr)
     return 0
 
 

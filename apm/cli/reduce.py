@@ -13,16 +13,15 @@ from pathlib import Path
 import pandas as pd
 
 from apm.errors import OneLineParser, console_script
-from apm.publish.report import log_summary
-from apm.publish.source import default_group, run_dirs
-from apm.publish.wandb_runs import PublishOptions, publish
+from apm.publish.report import report_run, wandb_usable
+from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sync_command
 from apm.records.atomic import OutputRefused, claim_output, replaced_output, write_json_atomically
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
 from apm.reduce.load import MixedReleases, RunSet, load_runs, one_release
 from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
-from apm.reduce.scores import judge_note, read_scores, score_table, unjudged_probes
+from apm.reduce.scores import judge_note, score_table, unjudged_probes
 from apm.reduce.tables import coverage_gaps, method_rows, write_tables
 
 PROG = "apm-reduce"
@@ -47,7 +46,10 @@ def parser() -> argparse.ArgumentParser:
                    help="publish W&B runs as apm-publish does (one per method and stage) and the report's run")
     p.add_argument("--wandb-project", default="apm-bench")
     p.add_argument("--wandb-entity")
-    p.add_argument("--wandb-group", help="the sweep (default: the output root's name)")
+    p.add_argument("--wandb-group", help="the sweep (default: the release the methods ran on)")
+    p.add_argument("--wandb-dir", type=Path,
+                   help="offline runs go to DIR/wandb (default: $WANDB_DIR/apm-publish, else the sweep root's "
+                        "publish/), as apm-publish --dir")
     p.add_argument("--wandb-mode", default=os.environ.get("WANDB_MODE", "offline"),
                    choices=["online", "offline", "disabled"], help="default: $WANDB_MODE, else offline")
     return p
@@ -97,19 +99,26 @@ def _report(args: argparse.Namespace, runs: RunSet | None, scores: pd.DataFrame 
     return said
 
 
+REDUCE_SETTINGS = ("judge", "rubric", "seed", "bootstrap", "allow_unjudged", "complete")
+"""The options of a reduction that its W&B report run carries as config."""
+
+
 def _wandb(args: argparse.Namespace) -> list[str]:
-    """``--wandb``, once the report is in place: its run, then the runs ``apm-publish`` builds (the same
-    code); nothing (a warning) without wandb, nothing with ``--wandb-mode disabled``."""
-    out, group = args.out, args.wandb_group or default_group(run_dirs(args.runs)[0])
-    if not log_summary(read_scores(out / "scores.csv"), sorted((out / "tables").glob("*.csv")),
-                       sorted((out / "figures").glob("*.png")), args.wandb_project, args.wandb_mode, out, group,
-                       args.wandb_entity):
+    """``--wandb``, once the report is in place: the runs ``apm-publish`` builds (the same code) and the
+    report's run, into one folder; nothing (a warning) without wandb, nothing with ``--wandb-mode
+    disabled``."""
+    if not wandb_usable(args.wandb_mode):
         return []
-    published = publish(args.runs, PublishOptions(
+    opts = PublishOptions(
         project=args.wandb_project, entity=args.wandb_entity, group=args.wandb_group, mode=args.wandb_mode,
-        judge=args.judge, rubric=args.rubric, seed=args.seed, bootstrap=args.bootstrap,
-    ))
-    return [f"apm-reduce: W&B ({args.wandb_mode}): the report's run and {len(published)} method runs"]
+        directory=args.wandb_dir, judge=args.judge, rubric=args.rubric, seed=args.seed, bootstrap=args.bootstrap,
+    )
+    methods = read_all(args.runs, opts)
+    settings = {k: getattr(args, k) for k in REDUCE_SETTINGS}
+    published = publish_methods(methods, opts, [report_run(args.out, methods, opts, settings)])
+    sync = sync_command(published)
+    return [f"apm-reduce: W&B ({args.wandb_mode}): the report's run and {len(published) - 1} method runs"
+            + (f"; upload with: {sync}" if sync else "")]
 
 
 def _compare(args: argparse.Namespace, out: Path) -> None:
@@ -148,9 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"apm-reduce: --complete: {len(gaps)} method(s) do not cover their plan (above); nothing written",
                   file=sys.stderr)
             return 2
-        with replaced_output(args.out, PROG, later=["wandb"]) as out:  # a kill or a full disk: the previous report
+        with replaced_output(args.out, PROG) as out:  # a kill or a full disk: the previous report
             said = _report(args, runs, scores, out)
-        if args.wandb and runs is not None:  # after the swap: offline W&B folders must stay where written
+        if args.wandb and runs is not None:  # after the swap: the report run's artifact is the report in place
             said += _wandb(args)
     except OutputRefused as e:
         print(f"apm-reduce: {e}", file=sys.stderr)

@@ -3,15 +3,18 @@ of anything (``apm-publish`` builds the W&B runs worth keeping from the records;
 
 One W&B run per job *attempt* (``job_type=live``): a requeued or resumed shard opens a run of its own
 (``<config hash>-<shard>-<attempt>``), never an earlier attempt's id, so no attempt overwrites
-another on ``wandb sync``. The rows an attempt wrote are logged as ``wandb.Table`` chunks of at most
-``chunk_rows`` rows (``instances/chunk_0000``, … within that attempt; one table is silently cut at
-10,000 rows); rows buffered when a job is killed are on record but not mirrored. Offline by default
+another on ``wandb sync``. The rows an attempt wrote are logged as ``wandb.Table`` chunks — one history
+step each — whenever ``chunk_rows`` rows are buffered or ``flush_s`` seconds have passed since the last
+step (checked as each row arrives), so a slow job shows progress while it runs (``instances/chunk_0000``,
+… within that attempt; one table is silently cut at 10,000 rows); rows buffered when a job is killed are
+on record but not mirrored. Offline by default
 (``wandb sync`` later). Only the resolved config and record fields are sent; nothing from the environment.
 """
 
 from __future__ import annotations
 
 import secrets
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,11 +46,14 @@ class WandbSink:
     """Buffers rows and logs them in chunks; ``close`` logs the rest and the closing summary."""
 
     def __init__(self, mode: WandbMode, project: str, name: str, group: str | None, config: dict[str, Any],
-                 run_dir: Path, entity: str | None = None, chunk_rows: int = 5000, run_id: str | None = None):
+                 run_dir: Path, entity: str | None = None, chunk_rows: int = 5000, run_id: str | None = None,
+                 flush_s: float = 30.0):
         import wandb
 
         self._wandb = wandb
         self.chunk_rows = chunk_rows
+        self.flush_s = flush_s
+        self._last_flush = time.monotonic()
         self._rows: list[list[Any]] = []
         self._chunks = 0
         self._counts = {"instances": 0, "errors": 0, "correct": 0, "mcqa": 0, "gate_pass": 0, "adaptive": 0}
@@ -68,10 +74,11 @@ class WandbSink:
         if rec["gate_pass"] is not None:
             c["adaptive"] += 1
             c["gate_pass"] += bool(rec["gate_pass"])
-        if len(self._rows) >= self.chunk_rows:
+        if len(self._rows) >= self.chunk_rows or time.monotonic() - self._last_flush >= self.flush_s:
             self._flush()
 
     def _flush(self) -> None:
+        self._last_flush = time.monotonic()
         if not self._rows:
             return
         table = self._wandb.Table(columns=list(ROW_COLUMNS), data=self._rows)

@@ -70,6 +70,13 @@ def method_config(m: Method) -> dict[str, Any]:
     }
 
 
+def release_group(m: Method) -> str:
+    """The default W&B group: the release the method ran on, ``<dataset>-<first 8 hex of its
+    fingerprint>`` — every method scored on one release is one comparison (Tables 3 and 4)."""
+    fingerprint = str(m.run.get("release_fingerprint") or m.saved.get("release_fingerprint") or "unknown")
+    return f"{m.run['dataset']}-{fingerprint[:8]}"
+
+
 def method_tags(config: dict[str, Any]) -> list[str]:
     """``dataset=…``, ``memory=…``, ``backbone=…`` (and ``reference`` for reference rows: baselines,
     oracles, the perceiver, as their classes declare)."""

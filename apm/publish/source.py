@@ -46,12 +46,12 @@ def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
     return sorted(found)
 
 
-def default_group(run_dir: Path) -> str:
-    """The sweep a run dir belongs to: the output root's name (``<root>/<dataset>/<memory>/<run>``),
+def sweep_root(run_dir: Path) -> Path:
+    """The root of the sweep a run dir belongs to: the output root (``<root>/<dataset>/<memory>/<run>``),
     or for a run dir the runner did not write (no ``config.json``), the folder above it."""
     run_dir = run_dir.resolve()
     runner_layout = (run_dir / "config.json").is_file() and len(run_dir.parents) > 2
-    return (run_dir.parents[2] if runner_layout else run_dir.parent).name
+    return run_dir.parents[2] if runner_layout else run_dir.parent
 
 
 def saved_config(run_dir: Path) -> dict[str, Any]:

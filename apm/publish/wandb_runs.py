@@ -2,7 +2,10 @@
 
 Each method (config hash) gets one W&B run per stage — ``run`` (the per-instance table), ``judge``
 (the judgements, when there are any) and ``reduce`` (the paper's metrics in its summary) — with a
-deterministic id ``<config hash>-<stage>-<group digest>``. Everything goes into the run's summary
+deterministic id ``<config hash>-<stage>-<group digest>``, named ``<method> · <stage>``, each logging
+its stage's output as an artifact and using the artifacts it was made from (records → judgements →
+scores). All of a call's runs go into one folder (:func:`publish_dir`: ``--dir``, else
+``$WANDB_DIR/apm-publish``, else the sweep's ``publish/``). Everything goes into the run's summary
 (tables too), never into history, so a run holds one state. Offline, each publish writes a fresh
 ``offline-run-*`` folder (artifact staging inside it), names it in the folder's marker once it is
 finished and only then deletes the earlier folder of that id (:class:`PublishFolder`), so ``wandb
@@ -15,11 +18,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import shlex
 import shutil
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +33,15 @@ import pandas as pd
 from apm.data.model import Release
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
-from apm.publish.axes import judge_summary, method_config, method_tags, metric_summary, run_summary
+from apm.publish.axes import (
+    judge_summary,
+    method_config,
+    method_tags,
+    metric_summary,
+    release_group,
+    run_summary,
+)
+from apm.publish.dashboard import REPORT_FILE
 from apm.publish.instances import (
     COLUMNS,
     JUDGEMENT_COLUMNS,
@@ -37,7 +50,7 @@ from apm.publish.instances import (
     judgement_rows,
     plain,
 )
-from apm.publish.source import Method, default_group, read_methods, run_dirs
+from apm.publish.source import Method, read_methods, run_dirs, sweep_root
 from apm.publish.thumbnails import Strip, Thumbnails
 from apm.records.atomic import OUTPUT_LOCK, OutputRefused, claim_output, read_marker, write_marker
 from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
@@ -47,7 +60,7 @@ from apm.video.cache import FrameCache
 Rows = list[list[Any]]
 Tables = dict[str, tuple[Sequence[str], Rows]]
 PROG = "apm-publish"
-ENTRIES = ("wandb",)
+ENTRIES = ("wandb", REPORT_FILE)
 """What ``apm-publish`` writes into its folder (besides its marker and lock)."""
 MAX_ROWS = 10_000
 """wandb.Table silently truncates past this many rows: longer tables are logged in parts."""
@@ -60,11 +73,11 @@ class PublishOptions:
     project: str = "apm-bench"
     entity: str | None = None
     group: str | None = None
-    """The sweep; default: each run dir's output root name."""
+    """The sweep; default: the release the method ran on (:func:`~apm.publish.axes.release_group`)."""
     mode: str = "offline"
     """``offline`` (then ``wandb sync``) or ``online``."""
     directory: Path | None = None
-    """Offline runs go to ``<directory>/wandb/``; default ``<run dir>/publish``."""
+    """Offline runs go to ``<directory>/wandb/``; default :func:`publish_dir`."""
     judge: str | None = None
     rubric: str | None = None
     seed: int = 0
@@ -77,6 +90,17 @@ class PublishOptions:
 
 
 @dataclass(frozen=True)
+class ArtifactSpec:
+    """A W&B artifact: its name and type, files copied in (name in the artifact → file) and texts
+    written in (name → content); the same content gives the same digest, so the same version."""
+
+    name: str
+    type: str
+    files: dict[str, Path] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """One W&B run to write: identity, config, tags, summary values, tables and images."""
 
@@ -84,22 +108,29 @@ class RunSpec:
     name: str
     group: str
     job_type: str
-    directory: Path | None
+    directory: Path
+    """The publish folder (offline runs go to its ``wandb/``)."""
     config: dict[str, Any] = field(default_factory=dict)
     tags: Sequence[str] = ()
     summary: dict[str, Any] = field(default_factory=dict)
     tables: Tables = field(default_factory=dict)
     images: dict[str, Path] = field(default_factory=dict)
+    uses: Sequence[ArtifactSpec] = ()
+    """The artifacts this run was made from (its inputs in W&B's lineage)."""
+    logs: Sequence[ArtifactSpec] = ()
+    """The artifacts this run made."""
 
 
 @dataclass(frozen=True)
 class Published:
-    """A W&B run written: its id, stage, name and (offline) folder."""
+    """A W&B run written: its id, stage, name, (offline) folder, group and publish folder."""
 
     run_id: str
     job_type: str
     name: str
     folder: Path | None
+    group: str
+    home: Path
 
 
 def run_id(group: str, config_hash: str, stage: str) -> str:
@@ -190,14 +221,34 @@ def _cell(wandb: Any, value: Any) -> Any:
     return wandb.Image(value.image, caption=value.caption, file_type="jpg") if isinstance(value, Strip) else value
 
 
+def artifact_of(wandb: Any, spec: ArtifactSpec) -> Any:
+    """The ``wandb.Artifact`` of ``spec``, its files and texts in it."""
+    artifact = wandb.Artifact(spec.name, type=spec.type)
+    for name, path in spec.files.items():
+        artifact.add_file(str(path), name=name)
+    for name, text in spec.texts.items():
+        with artifact.new_file(name, encoding="utf-8") as f:
+            f.write(text)
+    return artifact
+
+
+def use(run: Any, artifact: Any, mode: str) -> None:
+    """Declare ``artifact`` an input of ``run``. Online that is ``use_artifact``; offline wandb refuses
+    it, so the same record ``use_artifact`` writes for a new artifact is written (log it, used after
+    commit: ``wandb sync`` then records the use; wandb 0.31, pinned in setup.cfg)."""
+    if mode == "online":
+        run.use_artifact(artifact)
+    else:
+        run._log_artifact(artifact, is_user_created=True, use_after_commit=True)
+
+
 def write_run(spec: RunSpec, project: str, entity: str | None = None, mode: str = "offline") -> Published:
     """Write one W&B run, everything in its summary (offline: into a fresh folder)."""
     wandb = importlib.import_module("wandb")
-    if spec.directory is not None:
-        spec.directory.mkdir(parents=True, exist_ok=True)
+    spec.directory.mkdir(parents=True, exist_ok=True)
     run = wandb.init(
         mode=mode, project=project, entity=entity, id=spec.run_id, name=spec.name, group=spec.group,
-        job_type=spec.job_type, tags=list(spec.tags), dir=str(spec.directory) if spec.directory else None,
+        job_type=spec.job_type, tags=list(spec.tags), dir=str(spec.directory),
         resume="allow" if mode == "online" else None, reinit="finish_previous",
     )
     folder = Path(run.settings.sync_dir) if mode == "offline" else None
@@ -208,8 +259,12 @@ def write_run(spec: RunSpec, project: str, entity: str | None = None, mode: str 
         for key, path in spec.images.items():
             run.summary[key] = wandb.Image(str(path))
         run.summary.update(spec.summary)
+        for used in spec.uses:
+            use(run, artifact_of(wandb, used), mode)
+        for made in spec.logs:
+            run.log_artifact(artifact_of(wandb, made))
         run.finish()
-    return Published(spec.run_id, spec.job_type, spec.name, folder)
+    return Published(spec.run_id, spec.job_type, spec.name, folder, spec.group, spec.directory)
 
 
 def release_of(m: Method, loaded: dict[str, Release | None]) -> Release | None:
@@ -238,52 +293,100 @@ def thumbnails_of(m: Method, release: Release | None, cache_dir: str | None) -> 
     return Thumbnails(cache, videos)
 
 
-def publish_dir(m: Method, opts: PublishOptions) -> Path:
-    """Where the method's runs go: ``--dir``, else ``<run dir>/publish``."""
-    return opts.directory or m.run_dir / "publish"
+def publish_dir(run_dir: Path, opts: PublishOptions) -> Path:
+    """Where a run dir's W&B runs go: ``--dir``, else ``$WANDB_DIR/apm-publish``, else the ``publish``
+    folder of its sweep's root (:func:`~apm.publish.source.sweep_root`)."""
+    if opts.directory is not None:
+        return opts.directory
+    home = os.environ.get("WANDB_DIR")
+    return Path(home) / "apm-publish" if home else sweep_root(run_dir) / "publish"
+
+
+def sync_command(published: Iterable[Published]) -> str | None:
+    """The one ``wandb sync`` command that uploads exactly the offline folders written (None: none)."""
+    folders = sorted(str(p.folder) for p in published if p.folder is not None)
+    return " ".join(["wandb", "sync", *map(shlex.quote, folders)]) if folders else None
+
+
+def files_in(folder: Path, pattern: str) -> dict[str, Path]:
+    """The files of ``folder`` matching ``pattern``, by their path below it."""
+    return {p.relative_to(folder).as_posix(): p for p in sorted(folder.glob(pattern)) if p.is_file()}
+
+
+def records_artifact(m: Method) -> ArtifactSpec:
+    """The method's records: its run dir's ``records/*.jsonl`` as they are (the source of truth)."""
+    return ArtifactSpec(f"records-{m.config_hash}", "records", files_in(m.run_dir, "records/*.jsonl"))
+
+
+def judgements_artifact(m: Method) -> ArtifactSpec:
+    """The method's judgements: its run dir's ``judgements/*.jsonl`` as they are."""
+    return ArtifactSpec(f"judgements-{m.config_hash}", "judgements", files_in(m.run_dir, "judgements/*.jsonl"))
+
+
+def inputs_of(m: Method) -> list[ArtifactSpec]:
+    """What the method's scores are made from: its records, and its judgements when it has any."""
+    return [records_artifact(m), *([judgements_artifact(m)] if len(m.judgements) else [])]
 
 
 def method_runs(m: Method, opts: PublishOptions, releases: dict[str, Release | None], directory: Path) -> list[RunSpec]:
     """The W&B runs of one method, into ``directory``: ``run`` and ``reduce``, and ``judge`` when it has
     judgements."""
-    group, config = opts.group or default_group(m.run_dir), method_config(m)
+    group, config = opts.group or release_group(m), method_config(m)
     release = release_of(m, releases)
     thumbs = thumbnails_of(m, release, opts.cache_dir)
-    common = {"name": config["method"], "group": group, "config": config, "tags": method_tags(config),
-              "directory": directory}
+
+    def stage(job_type: str, **parts_of_it: Any) -> RunSpec:
+        return RunSpec(run_id(group, m.config_hash, job_type), f"{config['method']} · {job_type}", group, job_type,
+                       directory, config, method_tags(config), **parts_of_it)
+
     instances = instance_rows(m, candidates_of(release), thumbs, opts.all_frames)
     shown = sum(row[COLUMNS.index("frames")] is not None for row in instances)
-    specs = [RunSpec(run_id(group, m.config_hash, "run"), job_type="run",
-                     summary={**run_summary(m), "thumbnails": shown},
-                     tables=parts("instances", COLUMNS, instances, opts.table_rows), **common)]
+    records = records_artifact(m)
+    specs = [stage("run", summary={**run_summary(m), "thumbnails": shown},
+                   tables=parts("instances", COLUMNS, instances, opts.table_rows), logs=[records])]
     if len(m.judgements):
-        specs.append(RunSpec(run_id(group, m.config_hash, "judge"), job_type="judge", summary=judge_summary(m),
-                             tables=parts("judgements", JUDGEMENT_COLUMNS, judgement_rows(m), opts.table_rows),
-                             **common))
-    specs.append(RunSpec(run_id(group, m.config_hash, "reduce"), job_type="reduce", summary=metric_summary(m),
-                         tables=parts("scores", SCORE_COLUMNS, rows_of(m.scores[SCORE_COLUMNS]), opts.table_rows),
-                         **common))
+        specs.append(stage("judge", summary=judge_summary(m),
+                           tables=parts("judgements", JUDGEMENT_COLUMNS, judgement_rows(m), opts.table_rows),
+                           uses=[records], logs=[judgements_artifact(m)]))
+    scores = ArtifactSpec(f"scores-{m.config_hash}", "scores",
+                          texts={"scores.csv": m.scores[SCORE_COLUMNS].to_csv(index=False)})
+    specs.append(stage("reduce", summary=metric_summary(m),
+                       tables=parts("scores", SCORE_COLUMNS, rows_of(m.scores[SCORE_COLUMNS]), opts.table_rows),
+                       uses=inputs_of(m), logs=[scores]))
     return specs
 
 
-def publish(paths: Iterable[str | Path], opts: PublishOptions) -> list[Published]:
-    """Publish every method found at or below ``paths``, holding each publish folder (:func:`holding`)
-    throughout; a config hash in two run dirs is refused before anything is written (their W&B runs
-    would overwrite each other)."""
-    if opts.directory is not None:
-        claim_output(opts.directory, PROG)  # before the records are read: a refusal comes at once
-    methods = [m for d in run_dirs(paths) for m in read_methods(d, opts.judge, opts.rubric, opts.seed, opts.bootstrap)]
+def read_all(paths: Iterable[str | Path], opts: PublishOptions) -> list[Method]:
+    """Every method found at or below ``paths``; the publish folders are claimed first (a refusal comes
+    before any record is read) and a config hash in two run dirs is refused (their W&B runs would
+    overwrite each other)."""
+    found = run_dirs(paths)
+    for directory in sorted({publish_dir(d, opts) for d in found}):
+        claim_output(directory, PROG)
+    methods = [m for d in found for m in read_methods(d, opts.judge, opts.rubric, opts.seed, opts.bootstrap)]
     homes: dict[str, Path] = {}
     for m in methods:
         if homes.setdefault(m.config_hash, m.run_dir) != m.run_dir:
             raise ValueError(f"config {m.config_hash} is in two run dirs: {homes[m.config_hash]} and {m.run_dir}")
+    return methods
+
+
+def publish_methods(methods: Sequence[Method], opts: PublishOptions, extra: Sequence[RunSpec] = ()) -> list[Published]:
+    """Write the W&B runs of ``methods`` and then ``extra`` (each into its ``directory``), holding every
+    publish folder (:func:`holding`) throughout."""
     releases: dict[str, Release | None] = {}
     published = []
     with ExitStack() as stack:
-        held = {d: stack.enter_context(holding(d)) for d in sorted({publish_dir(m, opts) for m in methods})}
-        for m in methods:
-            folder = held[publish_dir(m, opts)]
-            for spec in method_runs(m, opts, releases, folder.path):
-                published.append(write_run(spec, opts.project, opts.entity, opts.mode))
-                folder.commit(published[-1])
+        wanted = {publish_dir(m.run_dir, opts) for m in methods} | {s.directory for s in extra}
+        held = {d.resolve(): stack.enter_context(holding(d)) for d in sorted(wanted)}
+        homes = {m.run_dir: held[publish_dir(m.run_dir, opts).resolve()].path for m in methods}
+        specs = (s for m in methods for s in method_runs(m, opts, releases, homes[m.run_dir]))
+        for spec in chain(specs, extra):
+            published.append(write_run(spec, opts.project, opts.entity, opts.mode))
+            held[spec.directory.resolve()].commit(published[-1])
     return published
+
+
+def publish(paths: Iterable[str | Path], opts: PublishOptions) -> list[Published]:
+    """Publish every method found at or below ``paths`` (:func:`read_all`, :func:`publish_methods`)."""
+    return publish_methods(read_all(paths, opts), opts)

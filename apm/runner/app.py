@@ -465,7 +465,7 @@ def _wandb_sink(cfg: DictConfig, setup: RunSetup):
         mode=w.mode, project=w.project, entity=w.get("entity"), group=w.group or Path(cfg.output_root).resolve().name,
         name=f"{info['memory']} · {info['backbone']} · {setup.shard_label}",
         config=redact_data(OmegaConf.to_container(cfg, resolve=True)), run_dir=setup.run_dir,
-        chunk_rows=w.table_chunk_rows, run_id=f"{info['config_hash']}-{setup.shard_label}",
+        chunk_rows=w.table_chunk_rows, run_id=f"{info['config_hash']}-{setup.shard_label}", flush_s=w.flush_s,
     )
 
 

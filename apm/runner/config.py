@@ -80,6 +80,9 @@ class WandbConfig:
     entity: str | None = None
     group: str | None = None
     table_chunk_rows: int = 5000
+    flush_s: float = 30.0
+    """The live mirror logs a history step at least this often (as rows arrive), besides every
+    ``table_chunk_rows`` rows."""
 
 
 @dataclass
