@@ -25,7 +25,8 @@ test: $(STAMP)
 # pixel-perceiver reference (the information ceiling of what each protocol shows) under SimpleStream,
 # raw video and a text summary it writes itself, beside the tiny random-weight VLM (the real engine
 # path, on the first 4 instances of each task) and the baselines; judge, reduce, print Tables 3 and 4,
-# write the figures and the instance viewer, publish offline W&B runs from the records. Latency: 2 probes a
+# write the figures and the instance viewer, publish offline W&B runs from the records into $WANDB_DIR/apm-publish
+# with the Report's specification, and print the one `wandb sync` command. Latency: 2 probes a
 # task per run timed again in isolated mode after the main run (latency.sample; docs/records.md, "Latency").
 DEMO_ENV := APM_CACHE_DIR=$(DEMO)/cache APM_TINY_MODEL=$(DEMO)/tiny-qwen2vl WANDB_DIR=$(DEMO) WANDB_SILENT=true
 DEMO_RUN := $(DEMO_ENV) $(BIN)/apm-run -m dataset.root=$(DEMO)/release output_root=$(DEMO)/runs logging.progress=false \
@@ -44,11 +45,14 @@ demo: $(STAMP)
 	$(DEMO_RUN) $(DEMO_SUMMARY) backbone=tiny_qwen2vl_hf dataset.limit=52 generation.max_tokens=24
 	$(BIN)/apm-judge $(DEMO)/runs/*/*/* judge=gate_only
 	$(BIN)/apm-reduce $(DEMO)/runs/*/*/* --out $(DEMO)/report
-	$(DEMO_ENV) $(BIN)/apm-publish $(DEMO)/runs --mode offline --dir $(DEMO)/publish > $(DEMO)/publish.log
+	$(DEMO_ENV) $(BIN)/apm-publish $(DEMO)/runs --mode offline --report > $(DEMO)/publish.log 2> $(DEMO)/publish.err \
+	  || { cat $(DEMO)/publish.err; exit 1; }
 	$(BIN)/apm-view $(DEMO)/runs --out $(DEMO)/site
 	@cat $(DEMO)/report/tables/table3.md; echo; cat $(DEMO)/report/tables/table4.md
 	@echo; echo "figures: $(DEMO)/report/figures  scores: $(DEMO)/report/scores.csv"
-	@echo "viewer: $(DEMO)/site/index.html  W&B (offline; each reduce run's summary holds the metrics): $(DEMO)/publish/wandb, listed in $(DEMO)/publish.log"
+	@echo "viewer: $(DEMO)/site/index.html  W&B runs (offline, every one in $(DEMO)/apm-publish; listed in $(DEMO)/publish.log)"
+	@echo "W&B Report (Tables 3-4, Figure 2) specification: $(DEMO)/apm-publish/report.json; upload the runs with:"
+	@sed -n 's/.*upload with: //p' $(DEMO)/publish.err
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache
