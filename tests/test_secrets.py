@@ -128,13 +128,13 @@ def test_no_byte_written_by_any_stage_holds_a_secret(tiny: Path, tmp_path: Path)
     said = [done]
     runs = str(tmp_path / "runs")
     said.append(_command("apm.cli.reduce", runs, "--out", str(tmp_path / "report"), "--no-figures", "--bootstrap",
-                         "0", "--wandb", "--wandb-mode", "offline", env=env))
+                         "0", "--wandb", "--wandb-mode", "offline", "--wandb-dir", str(tmp_path / "reported"), env=env))
     said.append(_command("apm.cli.view", runs, "--out", str(tmp_path / "site"), env=env))
     said.append(_command("apm.cli.publish", runs, "--dir", str(tmp_path / "published"), "--bootstrap", "0", env=env))
     assert [d.returncode for d in said[1:]] == [0, 0, 0], [d.stderr[-500:] for d in said[1:]]
     assert any((tmp_path / "site").rglob("*.js"))
     live, report, published = (list(where.rglob("offline-run-*")) for where in
-                               (next((tmp_path / "runs").rglob("records")).parent / "wandb", tmp_path / "report",
+                               (next((tmp_path / "runs").rglob("records")).parent / "wandb", tmp_path / "reported",
                                 tmp_path / "published"))
     assert live and report and published  # the W&B offline folders of every stage are among the bytes read
     for secret in (*_forms(KEY), *_forms(TOKEN)):
