@@ -372,7 +372,12 @@ def test_one_folder_under_wandb_dir_and_the_exact_sync_command(sweep, tmp_path, 
     assert len(written) == 3 and sorted(sync_folders(capsys.readouterr().err)) == written
     assert offline_folders(tmp_path / "runs") == [] and not (run_dir / "publish").exists()
     monkeypatch.delenv("WANDB_DIR")
-    assert publish_main([str(tmp_path / "runs"), "--bootstrap", "0"]) == 0  # no WANDB_DIR: the sweep's folder
+    assert publish_main([str(tmp_path / "runs"), "--bootstrap", "0"]) == 0  # a copy, not below its output root:
+    assert sorted(sync_folders(capsys.readouterr().err)) == offline_folders(run_dir / "publish")  # its own folder
+    saved = json.loads((run_dir / "config.json").read_text())
+    saved["config"]["output_root"] = str(tmp_path / "runs")  # as if it had been run into tmp_path/runs
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    assert publish_main([str(tmp_path / "runs"), "--bootstrap", "0"]) == 0
     assert sorted(sync_folders(capsys.readouterr().err)) == offline_folders(tmp_path / "runs" / "publish")
 
 

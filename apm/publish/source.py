@@ -47,11 +47,11 @@ def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def sweep_root(run_dir: Path) -> Path:
-    """The root of the sweep a run dir belongs to: the output root (``<root>/<dataset>/<memory>/<run>``),
-    or for a run dir the runner did not write (no ``config.json``), the folder above it."""
+    """The root of the sweep a run dir belongs to: the ``output_root`` its ``config.json`` records, while
+    the run dir is still below it; else (moved, copied, or not the runner's) the run dir itself."""
     run_dir = run_dir.resolve()
-    runner_layout = (run_dir / "config.json").is_file() and len(run_dir.parents) > 2
-    return run_dir.parents[2] if runner_layout else run_dir.parent
+    root = (saved_config(run_dir).get("config") or {}).get("output_root")
+    return Path(root) if isinstance(root, str) and run_dir.is_relative_to(root) else run_dir
 
 
 def saved_config(run_dir: Path) -> dict[str, Any]:

@@ -295,7 +295,8 @@ def thumbnails_of(m: Method, release: Release | None, cache_dir: str | None) -> 
 
 def publish_dir(run_dir: Path, opts: PublishOptions) -> Path:
     """Where a run dir's W&B runs go: ``--dir``, else ``$WANDB_DIR/apm-publish``, else the ``publish``
-    folder of its sweep's root (:func:`~apm.publish.source.sweep_root`)."""
+    folder of its sweep's root (:func:`~apm.publish.source.sweep_root`: the output root it was run into,
+    or the run dir itself)."""
     if opts.directory is not None:
         return opts.directory
     home = os.environ.get("WANDB_DIR")
