@@ -9,10 +9,11 @@ import difflib
 import functools
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn, Protocol
 
 from apm.records.redact import redact
+from apm.records.rundir import find_runs
 
 DEBUG_FLAG = "--debug"
 VERBOSE_FLAG = "--verbose"
@@ -69,6 +70,14 @@ def _nearest(name: str, names: list[str], prefix: str) -> str:
 def _lines(message: str) -> list[str]:
     stripped = (line.strip() for line in message.splitlines())
     return [line for line in stripped if line and not line.startswith(DETAIL_PREFIXES)]
+
+
+def note_skipped(prog: str, paths: Iterable[str | os.PathLike[str]], need_config: bool = False) -> None:
+    """Print one note line naming the folders at or below ``paths`` that look like runs but are not (every
+    command skips them: :func:`apm.records.rundir.find_runs`); a path that does not exist is the command's to refuse."""
+    note = find_runs([p for p in paths if os.path.exists(p)], need_config).note()
+    if note:
+        print(f"{prog}: note: {note}", file=sys.stderr)
 
 
 def take_debug_flag(argv: list[str], flag: str = DEBUG_FLAG) -> tuple[list[str], bool]:

@@ -16,6 +16,7 @@ import pytest
 
 from apm.data.fingerprint import release_fingerprint
 from apm.prompts import PROMPT_VERSION
+from apm.records.rundir import RunDir
 from apm.runner import manifest
 from apm.synth import generate
 
@@ -81,10 +82,10 @@ def test_no_secret_from_the_environment_reaches_a_manifest(two_shards):
 def test_a_job_that_fails_is_recorded_as_interrupted(tmp_path, monkeypatch):
     for var in SLURM:
         monkeypatch.delenv(var, raising=False)
-    folder = tmp_path / "jobs" / "shard-0-of-1"
-    started = manifest.job_started(folder, {"shard": "shard-0-of-1"})
+    path = RunDir(tmp_path).manifest("shard-0-of-1")
+    started = manifest.job_started(path, {"shard": "shard-0-of-1"})
     assert manifest.read_manifests(tmp_path)[0]["ended_at"] is None
-    manifest.job_ended(folder, started, KeyboardInterrupt())
+    manifest.job_ended(path, started, KeyboardInterrupt())
     (ended,) = manifest.read_manifests(tmp_path)
     assert ended["status"] == "interrupted" and ended["error"] == "KeyboardInterrupt"
     assert ended["started_at"] == started["started_at"] and ended["ended_at"] and ended["slurm"] is None

@@ -31,8 +31,8 @@ def write_shard(run: Path, index: int, done: int, errors: int, events: list[dict
     folder = ledger.shard_dir(run, label)
     folder.mkdir(parents=True)
     keys = KEYS[index]
-    (folder / ledger.PLAN).write_text(json.dumps({"shard": label, "instances": len(keys), "keys": keys}))
-    (folder / ledger.LEDGER).write_text("".join(json.dumps(e) + "\n" for e in events))
+    (folder / "plan.json").write_text(json.dumps({"shard": label, "instances": len(keys), "keys": keys}))
+    (folder / "ledger.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (run / "records").mkdir(exist_ok=True)
     lines = [record(k, "boom" if n < errors else None) for n, k in enumerate(keys[:done])]
     (run / "records" / f"{label}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))

@@ -17,10 +17,11 @@ from omegaconf.errors import OmegaConfBaseException
 from apm.backbones.openai_api import EndpointError
 from apm.configs import CONF_DIR
 from apm.data.problems import ReleaseError
-from apm.errors import OneLineParser, console_script
+from apm.errors import OneLineParser, console_script, note_skipped
 from apm.judge.stage import JudgeStage, ReleaseChanged
 from apm.records.atomic import read_run_config
 from apm.records.redact import redact_logging
+from apm.records.rundir import find_runs
 from apm.runner.config import register
 
 
@@ -51,11 +52,14 @@ async def _main(run_dirs: list[Path], overrides: list[str], ns: argparse.Namespa
 
 
 @console_script("apm-judge",
-                usage=(ReleaseError, ReleaseChanged, EndpointError, HydraException, OmegaConfBaseException))
+                usage=(FileNotFoundError, ReleaseError, ReleaseChanged, EndpointError, HydraException,
+                       OmegaConfBaseException))
 def main(argv: Sequence[str] | None = None) -> int:
-    """Judge; every error is one line (``--debug``: the traceback), a release or config error exit 2."""
+    """Judge; every error is one line (``--debug``: the traceback), a missing path, a release or config error
+    exit 2."""
     p = OneLineParser(prog="apm-judge", description=__doc__)
-    p.add_argument("args", nargs="+", help="run directories, then Hydra overrides such as judge=deepseek_v4_flash")
+    p.add_argument("args", nargs="+",
+                   help="run dirs or folders above them, then Hydra overrides such as judge=deepseek_v4_flash")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--invalid-retries", type=int, default=2)
     p.add_argument("--fail-fast", type=int, default=3, metavar="N",
@@ -66,10 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
     redact_logging()  # the judge's key (registered by the stage) never reaches a log line
     overrides = [a for a in ns.args if "=" in a]
-    run_dirs = [Path(a) for a in ns.args if "=" not in a]
-    missing = [d for d in run_dirs if not (d / "config.json").exists()]
-    if not run_dirs or missing:
-        p.error(f"not run directories (no config.json): {', '.join(map(str, missing)) or '(none given)'}")
+    folders = [a for a in ns.args if "=" not in a]
+    if not folders:
+        p.error("no run directories given")
+    note_skipped("apm-judge", folders, need_config=True)
+    run_dirs = find_runs(folders, need_config=True).paths
+    if not run_dirs:
+        p.error(f"no run directories (with config.json) at or below {', '.join(folders)}")
     for run_dir in run_dirs:
         read_run_config(run_dir)  # a damaged config.json is refused before any lock is taken (nothing written)
     return asyncio.run(_main(run_dirs, overrides, ns))

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from apm.errors import OneLineParser, console_script
+from apm.errors import OneLineParser, console_script, note_skipped
 from apm.publish.dashboard import build
 from apm.publish.wandb_runs import Published, PublishOptions, publish, sync_command
 
@@ -58,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Publish; no records, a missing run dir or wandb, or a config in two run dirs is one line, exit 2
     (any other error one line and exit 1; ``--debug``: the traceback)."""
     args = parser().parse_args(argv)
+    note_skipped("apm-publish", args.runs)
     try:
         published = publish(args.runs, options(args))
     except FileNotFoundError as e:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from apm.errors import OneLineParser, console_script
+from apm.errors import OneLineParser, console_script, note_skipped
 from apm.publish.report import report_run, wandb_usable
 from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sync_command
 from apm.records.atomic import OutputRefused, claim_output, replaced_output, write_json_atomically
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
-from apm.reduce.load import MixedReleases, RunSet, load_runs, one_release
+from apm.reduce.load import MixedReleases, RunSet, load_runs, one_release, run_dirs
 from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import judge_note, score_table, unjudged_probes
@@ -136,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         claim_output(args.out, PROG)
+        note_skipped(PROG, args.runs)
         runs = load_runs(args.runs, args.judge, args.rubric) if args.runs else None
         if runs is not None:
             one_release(runs.records)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from apm.errors import DEBUG_FLAG, OneLineParser, guarded
+from apm.errors import DEBUG_FLAG, OneLineParser, guarded, note_skipped
 from apm.scale.status import render, sweep_status
 
 
@@ -27,6 +27,7 @@ def report(root: Path, as_json: bool) -> int:
     """Print the sweep's status; exit status 1 when a shard needs resubmitting."""
     if not root.exists():
         raise FileNotFoundError(f"{root} does not exist")
+    note_skipped("apm-status", [root])
     rows = sweep_status(root)
     if as_json:
         for r in rows:

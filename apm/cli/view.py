@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from apm.errors import OneLineParser, console_script
+from apm.errors import OneLineParser, console_script, note_skipped
 from apm.records.atomic import OutputRefused
 from apm.view.collect import ReleaseChanged
 from apm.view.site import PROG, build_site
@@ -33,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.thumb_side < 16:
         parser().error("--thumb-side must be at least 16")
     started = time.perf_counter()
+    note_skipped(PROG, args.runs, need_config=True)
     try:
         site = build_site(args.runs, args.out, args.judge, args.thumb_side)
     except (OutputRefused, ReleaseChanged) as e:

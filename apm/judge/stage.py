@@ -43,8 +43,8 @@ from apm.records.atomic import read_run_config
 from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
 from apm.records.judging import needs_judge, response_digest, signed, verifies
 from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
-from apm.records.naming import slug
 from apm.records.redact import register_env_secrets
+from apm.records.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class JudgeBusy(RuntimeError):
 def judging(run_dir: Path) -> Iterator[None]:
     """Hold the lock one ``apm-judge`` keeps on a run directory while it judges it
     (``locks/apm-judge.lock``), or raise :class:`JudgeBusy` naming who holds it."""
-    lock = WriterLock(run_dir / "locks" / "apm-judge.lock", {**this_process(), "command": "apm-judge"})
+    lock = WriterLock(RunDir(run_dir).judge_lock, {**this_process(), "command": "apm-judge"})
     try:
         lock.acquire()
     except LockHeld as held:
@@ -141,7 +141,7 @@ class JudgeStage:
         root = saved["config"]["dataset"]["root"]
         release = load_release(root, check_videos=False)
         candidates = {(c.trajectory_id, c.candidate_id): c for c in release.candidates}
-        todo = [r for r in latest_records(run_dir / "records").values()
+        todo = [r for r in latest_records(RunDir(run_dir).records).values()
                 if needs_judge(r) and (self.only_keys is None or r["key"] in self.only_keys)]
         lost = sorted({r["candidate_id"] for r in todo if (r["trajectory_id"], r["candidate_id"]) not in candidates})
         if lost:
@@ -157,7 +157,7 @@ class JudgeStage:
     async def _judge_dir(self, run_dir: Path, todo: list[dict[str, Any]], asks: dict[str, Request],
                          sem: asyncio.Semaphore) -> None:
         """Judge the probes of ``todo`` that no verified judgement on record answers."""
-        lines = list(read_folder(run_dir / "judgements"))
+        lines = list(read_folder(RunDir(run_dir).judgements))
         done, newest = self._verified(lines), latest_by(lines, lambda j: j["key"])
         fresh = [r for r in todo if self._identity(r, asks[r["key"]]) not in done]
         self.stats.cached += len(todo) - len(fresh)
@@ -165,7 +165,7 @@ class JudgeStage:
         if not fresh:
             return
         await self._preflight()
-        out = JsonlAppender(run_dir / "judgements" / f"{slug(self.judge.name)}{self.file_suffix}.jsonl")
+        out = JsonlAppender(RunDir(run_dir).judgements_file(self.judge.name, self.file_suffix))
 
         async def one(rec: dict[str, Any]) -> None:
             async with sem:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from apm.records.lines import read_lines
+from apm.records.rundir import RunDir
 from apm.reduce import load_runs, score_table
 
 JudgeNotes = dict[tuple[str, str, float | None], dict[str, Any]]
@@ -36,16 +36,6 @@ class Method:
     notes: JudgeNotes
 
 
-def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
-    """Every folder holding ``records/*.jsonl`` at or below ``paths`` (a sweep root finds all its runs)."""
-    found: set[Path] = set()
-    for root in map(Path, paths):
-        if not root.exists():
-            raise FileNotFoundError(root)
-        found |= {f.parent.parent.resolve() for f in root.rglob("records/*.jsonl")}
-    return sorted(found)
-
-
 def sweep_root(run_dir: Path) -> Path:
     """The root of the sweep a run dir belongs to: the ``output_root`` its ``config.json`` records, while
     the run dir is still below it; else (moved, copied, or not the runner's) the run dir itself."""
@@ -57,7 +47,7 @@ def sweep_root(run_dir: Path) -> Path:
 def saved_config(run_dir: Path) -> dict[str, Any]:
     """The run dir's ``config.json``, or ``{}`` when it has none or it cannot be read."""
     try:
-        saved = json.loads((run_dir / "config.json").read_text())
+        saved = json.loads(RunDir(run_dir).config.read_text())
     except (OSError, ValueError):
         return {}
     return saved if isinstance(saved, dict) else {}
@@ -72,7 +62,7 @@ def judge_notes(run_dir: Path) -> JudgeNotes:
     """Justification, criterion checks and critical issues of every usable judgement line of a run dir;
     of lines sharing a key and stamp, the one read last (the reducer's rule)."""
     notes: JudgeNotes = {}
-    for path in sorted((run_dir / "judgements").glob("*.jsonl")):
+    for path in RunDir(run_dir).files("judgements"):
         for line in read_lines(path, "judgements"):
             config_hash = str((line.get("run") or {}).get("config_hash"))
             notes[(config_hash, line["key"], stamp(line.get("written_ns")))] = {f: line.get(f) for f in NOTE_FIELDS}
@@ -82,7 +72,7 @@ def judge_notes(run_dir: Path) -> JudgeNotes:
 def run_blocks(run_dir: Path, hashes: set[str]) -> dict[str, dict[str, Any]]:
     """The ``run`` block of each method, from its first usable record line (usually the file's first)."""
     found: dict[str, dict[str, Any]] = {}
-    for path in sorted((run_dir / "records").glob("*.jsonl")):
+    for path in RunDir(run_dir).files("records"):
         for line in read_lines(path, "records"):
             found.setdefault(line["run"]["config_hash"], line["run"])
             if hashes <= found.keys():

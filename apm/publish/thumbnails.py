@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from PIL import Image
 
 from apm.video.cache import FrameCache, VideoDecodeError
+from apm.video.thumbnails import recorded_frame
 
 MAX_THUMBNAILS = 8
 HEIGHT = 96
@@ -59,10 +60,10 @@ class Thumbnails:
         """Each session's video, by (trajectory id, ``DAYn/Sxxx``)."""
 
     def frame(self, trajectory_id: str, frame: Frame) -> Image.Image:
-        """The cached JPEG shown for one recorded frame (sample ``offset × fps`` of its session's entry)."""
-        entry = self.cache.entry(self.videos[(trajectory_id, frame["session"])])
-        jpeg = entry.jpeg(round(float(frame["offset"]) * entry.rate))
-        return Image.open(io.BytesIO(jpeg)).convert("RGB")
+        """The thumbnail of one recorded frame, as ``apm-view`` shows it
+        (:func:`apm.video.thumbnails.recorded_frame`)."""
+        shown = recorded_frame(self.cache, self.videos[(trajectory_id, frame["session"])], float(frame["offset"]))
+        return Image.open(io.BytesIO(shown.thumbnail())).convert("RGB")
 
     def strip(self, trajectory_id: str, frames: Sequence[Frame]) -> Strip | None:
         """Up to :data:`MAX_THUMBNAILS` of the frames, evenly spread; None without frames or when any

@@ -50,12 +50,15 @@ from apm.publish.instances import (
     judgement_rows,
     plain,
 )
-from apm.publish.source import Method, read_methods, run_dirs, sweep_root
+from apm.publish.source import Method, read_methods, sweep_root
 from apm.publish.thumbnails import Strip, Thumbnails
 from apm.records.atomic import OUTPUT_LOCK, OutputRefused, claim_output, read_marker, write_marker
 from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
+from apm.records.rundir import RunDir
+from apm.reduce.load import run_dirs
 from apm.reduce.scores import SCORE_COLUMNS
 from apm.video.cache import FrameCache
+from apm.video.thumbnails import run_sampling
 
 Rows = list[list[Any]]
 Tables = dict[str, tuple[Sequence[str], Rows]]
@@ -288,7 +291,7 @@ def thumbnails_of(m: Method, release: Release | None, cache_dir: str | None) -> 
     frames = (m.saved.get("config") or {}).get("frames")
     if release is None or not frames:
         return None
-    cache = FrameCache(cache_dir or frames.get("cache_dir"), frames["fps"], frames["max_side"], frames["jpeg_quality"])
+    cache = FrameCache(*run_sampling(frames, cache_dir or None))
     videos = {(t.trajectory_id, s.key): s.video for t in release.trajectories for s in t.sessions}
     return Thumbnails(cache, videos)
 

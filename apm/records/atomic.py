@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from apm.records.rundir import RunDir
+
 
 def temp_name(path: Path) -> Path:
     """A temporary name beside ``path`` that is this writer's alone (pid and a random suffix) and ends
@@ -43,7 +45,7 @@ def write_json_atomically(path: Path, value: Any) -> Path:
 def read_run_config(run_dir: Path) -> dict[str, Any]:
     """A run dir's ``config.json`` (``config_hash``, ``release_fingerprint``, ``config``); a damaged one is a
     ``ValueError`` naming the file, so every command that needs it refuses in one line."""
-    path = run_dir / "config.json"
+    path = RunDir(run_dir).config
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

@@ -5,7 +5,7 @@ groups, tags and orders by them (docs/scores.md, "Groups and labels")."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast, get_args
 
 Family = Literal["baseline", "general", "specialised", "reference"]
@@ -24,7 +24,7 @@ class Declaration:
     streaming: bool | None = None
     persistent: bool | None = None
     tag: str = ""
-    ceiling: bool = False
+    ceiling: bool = field(default=False, metadata={"absent_ok": True})  # records before it existed
     """A reference backbone whose score under a protocol is that protocol's information ceiling (the
     figures draw it dotted beside the protocol's methods); its tag names any task where it is not."""
 
@@ -60,7 +60,7 @@ class MethodKind:
     family: Family | Literal[""]
     """``''`` when its memory is undeclared (and its backbone is no reference)."""
     tag: str
-    ceiling: bool = False
+    ceiling: bool = field(default=False, metadata={"absent_ok": True})  # records before it existed
 
 
 def method_kind(memory: Declaration | None, backbone: Declaration | None) -> MethodKind:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import orjson
 
-from apm.data.tasks import EA, TASKS
+from apm.records.model import InstanceRecord, values
 
 Kind = Literal["records", "memory", "judgements", "any"]
 Line = dict[str, Any]
@@ -101,10 +101,10 @@ _REVISION = _field("revision", _is_count, "a non-negative integer")
 
 CHECKS: dict[Kind, tuple[Check, ...]] = {
     "records": (
-        _text("key", optional=False), _run, _one_of("task", (*TASKS, EA), optional=False),
+        _text("key", optional=False), _run, _one_of("task", values(InstanceRecord, "task"), optional=False),
         _text("trajectory_id", optional=False), _text("candidate_id", optional=False), _text("family"),
-        _one_of("polarity", ("positive", "negative")), _one_of("parse_status", ("ok", "repaired", "failed")),
-        _one_of("decision", ("SILENT", "INTERVENE")), _text("answer"), _text("output"), _text("error"),
+        *(_one_of(name, values(InstanceRecord, name)) for name in ("polarity", "parse_status", "decision")),
+        _text("answer"), _text("output"), _text("error"),
         _one_of("correct", _BOOLEAN), _one_of("gate_pass", _BOOLEAN), _one_of("evidence_available", _BOOLEAN),
         _text("original_candidate_id"), _latency, _STAMP, _REVISION,
     ),

@@ -18,6 +18,8 @@ from typing import Any
 
 import pandas as pd
 
+from apm.records.rundir import RunDir
+
 SHARD = re.compile(r"shard-(\d+)-of-(\d+)")
 """A shard's label: its index and the shard count of the job that ran it."""
 
@@ -80,7 +82,7 @@ def _plan(config_hash: str, path: Path) -> PlanFile | None:
 
 def _config_hash(run_dir: Path) -> str | None:
     try:
-        saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+        saved = json.loads(RunDir(run_dir).config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     return saved.get("config_hash") if isinstance(saved, dict) else None
@@ -91,7 +93,7 @@ def read_plans(run_dirs: Iterable[Path]) -> tuple[PlanFile, ...]:
     found = []
     for run_dir in run_dirs:
         config_hash = _config_hash(run_dir)
-        for path in sorted(run_dir.glob("jobs/shard-*-of-*/plan.json")) if config_hash else ():
+        for path in RunDir(run_dir).plans() if config_hash else ():
             plan = _plan(str(config_hash), path)
             if plan is not None and SHARD.fullmatch(plan.shard):
                 found.append(plan)

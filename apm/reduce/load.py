@@ -19,6 +19,7 @@ import pandas as pd
 from apm.records.declaration import Declaration, from_record, method_kind
 from apm.records.judging import needs_judge, response_digest, verifies
 from apm.records.lines import Kind, Skipped, read_lines
+from apm.records.rundir import RunDir, find_runs
 from apm.reduce.coverage import PlanFile, read_plans
 
 METHOD = ["dataset", "memory", "backbone", "config_hash"]
@@ -157,15 +158,8 @@ MEMORY_FIELDS: list[Field] = _RUN_FIELDS + [
 
 
 def _files(paths: Iterable[str | Path], kind: str) -> list[Path]:
-    """Every ``<kind>/*.jsonl`` at or below the given paths, in sorted order, without repeats."""
-    found: dict[Path, None] = {}
-    for root in map(Path, paths):
-        if not root.exists():
-            raise FileNotFoundError(root)
-        for f in sorted(root.rglob("*.jsonl")):
-            if f.parent.name == kind:
-                found.setdefault(f.resolve(), None)
-    return list(found)
+    """Every ``<kind>/*.jsonl`` of the runs at or below the given paths (:func:`find_runs`), in order."""
+    return [f for run in find_runs(paths).runs for f in run.files(kind)]
 
 
 def _parse(path: Path, kind: Kind, skipped: list[Skipped]) -> list[Row]:
@@ -189,7 +183,7 @@ def _with_saved_release(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
     if RELEASE not in frame.columns or frame[RELEASE].notna().all():
         return frame
     try:
-        saved = json.loads((path.parent.parent / "config.json").read_text()).get(RELEASE)
+        saved = json.loads(RunDir(path.parent.parent).config.read_text()).get(RELEASE)
     except (OSError, ValueError, AttributeError):
         saved = None
     return frame.assign(**{RELEASE: frame[RELEASE].where(frame[RELEASE].notna(), saved)})
@@ -313,9 +307,8 @@ def load_memory(paths: Iterable[str | Path], skipped: list[Skipped] | None = Non
 
 
 def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
-    """Every run directory (a folder with a ``records/`` folder) at or below ``paths``, sorted."""
-    found = {p.parent.resolve() for root in map(Path, paths) for p in root.rglob("records") if p.is_dir()}
-    return sorted(found)
+    """Every run directory at or below ``paths`` (:func:`apm.records.rundir.find_runs`), sorted."""
+    return sorted(find_runs(paths).paths)
 
 
 @dataclass(frozen=True)

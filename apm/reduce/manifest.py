@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from apm.records.rundir import RunDir
 from apm.reduce.load import RunSet, run_dirs
 
 SHOWN_SKIPPED = 100
@@ -34,12 +35,13 @@ def _json(path: Path) -> Any:
 
 def _input(run_dir: Path) -> dict[str, Any]:
     """One run directory: its config hashes on record and the manifests of its jobs."""
-    config = _json(run_dir / "config.json") if (run_dir / "config.json").exists() else None
+    run = RunDir(run_dir)
+    config = _json(run.config) if run.config.exists() else None
     return {
         "run_dir": str(run_dir),
         "config_hash": config.get("config_hash") if isinstance(config, dict) else None,
         "release_fingerprint": config.get("release_fingerprint") if isinstance(config, dict) else None,
-        "jobs": {p.parent.name: _json(p) for p in sorted((run_dir / "jobs").glob("*/manifest.json"))},
+        "jobs": {p.parent.name: _json(p) for p in run.manifests()},
     }
 
 

@@ -45,6 +45,7 @@ from apm.records.atomic import write_json_atomically
 from apm.records.declaration import run_declarations
 from apm.records.jsonl import latest_records
 from apm.records.redact import ENV_NAME, redact_data, register_config_secrets
+from apm.records.rundir import RunDir
 from apm.runner import latency, ledger, manifest
 from apm.runner.code import code_identity, code_parts, what_changed
 from apm.runner.config import (
@@ -100,7 +101,7 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     parts = code_parts(cfg)
     saved = {"config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
              "code": parts, "code_identity": code_identity(parts), "config": resolved}
-    write_json_atomically(run_dir / "config.json", saved)
+    write_json_atomically(RunDir(run_dir).config, saved)
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
     shard_label = f"shard-{cfg.shard.index}-of-{cfg.shard.count}"
     code = code_identity(code_parts(cfg))
     for engine in {id(backbone): backbone, id(writer): writer}.values():
-        engine.log_into(str(run_dir / "jobs" / shard_label))  # a served engine logs into the run
+        engine.log_into(str(RunDir(run_dir).job(shard_label)))  # a served engine logs into the run
     plan = shard_plan(cfg, release)
     setup = RunSetup(
         release=release,
@@ -316,7 +317,7 @@ async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
                         warm_up=cfg.latency_mode)
         stats, tally = await _recorded_run(cfg, setup, plan)
     print(closing_line(setup, stats, plan))
-    on_record = latest_records(setup.run_dir / "records")
+    on_record = latest_records(RunDir(setup.run_dir).records)
     print(score_summary([on_record[i.key] for i in plan.run_instances if i.key in on_record],
                         " ".join(plan.subset)))
     check_causal_run(stats.refused)
@@ -330,7 +331,7 @@ async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
 def _saved_code(run_dir: Path) -> Any:
     """The ``code`` parts the run's ``config.json`` names (``None``: no such file or field)."""
     try:
-        return json.loads((run_dir / "config.json").read_text()).get("code")
+        return json.loads(RunDir(run_dir).config.read_text()).get("code")
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -341,9 +342,9 @@ def refuse_other_code(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> None
     keys = {i.key for i in plan.instances}
     trajectories = {t.trajectory_id for t in plan.trajectories}
     mine = setup.run_info["code"]
-    records = [r for k, r in latest_records(setup.run_dir / "records").items()
+    records = [r for k, r in latest_records(RunDir(setup.run_dir).records).items()
                if k in keys and r["run"].get("code") != mine]
-    memory = [m for (t, _), m in newest_memory_lines(setup.run_dir / "memory").items()
+    memory = [m for (t, _), m in newest_memory_lines(RunDir(setup.run_dir).memory).items()
               if t in trajectories and m["run"].get("code") != mine]
     if not records and not memory:
         return
@@ -366,8 +367,8 @@ async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tupl
               f"{setup.shard_label}'s {len(plan.instances)} instances; its scores are not the benchmark's "
               "(apm-status shows the shard partial, apm-reduce marks the method partial)", file=sys.stderr)
     save_config(cfg, setup.run_dir)
-    job_dir = ledger.shard_dir(setup.run_dir, setup.shard_label)
-    started = manifest.job_started(job_dir, job_identity(cfg, setup, plan))
+    job_manifest = RunDir(setup.run_dir).manifest(setup.shard_label)
+    started = manifest.job_started(job_manifest, job_identity(cfg, setup, plan))
     ledger.job_started(setup.run_dir, setup.shard_label, plan.trajectories, plan.instances,
                        selected=len(plan.run_instances), population=plan.population)
     sink = _wandb_sink(cfg, setup)
@@ -383,7 +384,7 @@ async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tupl
     finally:
         progress.close()
         ledger.job_ended(setup.run_dir, setup.shard_label, stats, sys.exc_info()[1])
-        manifest.job_ended(job_dir, started, sys.exc_info()[1])
+        manifest.job_ended(job_manifest, started, sys.exc_info()[1])
         if sink is not None:
             sink.close(_summary(stats))
     return stats, tally

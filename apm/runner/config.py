@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from apm.data.fingerprint import release_fingerprint
-from apm.records.naming import slug
+from apm.records.rundir import slug
 from apm.runner.code import target_module
 
 

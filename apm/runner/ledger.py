@@ -20,14 +20,12 @@ from typing import Any, Iterable
 
 from apm.records.atomic import write_json_atomically
 from apm.records.jsonl import JsonlAppender, done_keys, read_jsonl
-
-PLAN = "plan.json"
-LEDGER = "ledger.jsonl"
+from apm.records.rundir import RunDir
 
 
 def shard_dir(run_dir: Path, shard: str) -> Path:
     """Where a shard's plan, ledger and Hydra output live."""
-    return Path(run_dir) / "jobs" / shard
+    return RunDir(Path(run_dir)).job(shard)
 
 
 def scheduler_job_id() -> str | None:
@@ -38,7 +36,7 @@ def scheduler_job_id() -> str | None:
 
 def append_event(run_dir: Path, shard: str, event: str, **fields: Any) -> None:
     """Append one event line (flushed and synced) to the shard's ledger."""
-    appender = JsonlAppender(shard_dir(run_dir, shard) / LEDGER)
+    appender = JsonlAppender(RunDir(Path(run_dir)).ledger(shard))
     try:
         appender.append({"event": event, "time": time.time(), **fields})
     finally:
@@ -46,12 +44,12 @@ def append_event(run_dir: Path, shard: str, event: str, **fields: Any) -> None:
 
 
 def read_events(run_dir: Path, shard: str) -> list[dict[str, Any]]:
-    path = shard_dir(run_dir, shard) / LEDGER
+    path = RunDir(Path(run_dir)).ledger(shard)
     return list(read_jsonl(path)) if path.exists() else []
 
 
 def read_plan(run_dir: Path, shard: str) -> dict[str, Any] | None:
-    path = shard_dir(run_dir, shard) / PLAN
+    path = RunDir(Path(run_dir)).plan(shard)
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -69,8 +67,9 @@ def job_started(run_dir: Path, shard: str, trajectories: Iterable[Any], instance
         "video_seconds": sum(t.video_seconds for t in trajectories),
         "keys": keys,
     }
-    write_json_atomically(shard_dir(run_dir, shard) / PLAN, plan)
-    on_record = len(done_keys(Path(run_dir) / "records") & set(keys))
+    run = RunDir(Path(run_dir))
+    write_json_atomically(run.plan(shard), plan)
+    on_record = len(done_keys(run.records) & set(keys))
     append_event(run_dir, shard, "started", job_id=scheduler_job_id(), host=socket.gethostname(), pid=os.getpid(),
                  restarts=int(os.environ.get("SLURM_RESTART_COUNT", 0)), on_record=on_record)
 

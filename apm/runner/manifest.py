@@ -23,8 +23,8 @@ from typing import Any
 import apm
 from apm.records.atomic import write_json_atomically
 from apm.records.redact import redact_data
+from apm.records.rundir import RunDir
 
-MANIFEST = "manifest.json"
 PACKAGES = ("torch", "vllm", "transformers", "av", "hydra-core", "omegaconf", "wandb", "pandas", "numpy")
 """Distributions whose installed version is recorded (read from metadata, never imported)."""
 SLURM_IDS = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID"}
@@ -32,24 +32,25 @@ PROBE_TIMEOUT_S = 5.0
 """How long ``git`` or ``nvidia-smi`` may take before the manifest records null instead."""
 
 
-def job_started(folder: Path, identity: dict[str, Any]) -> dict[str, Any]:
-    """Write and return the manifest of a job starting now: provenance, ``identity``, no end yet."""
+def job_started(path: Path, identity: dict[str, Any]) -> dict[str, Any]:
+    """Write (at ``path``: :meth:`RunDir.manifest`) and return the manifest of a job starting now:
+    provenance, ``identity``, no end yet."""
     manifest = {**provenance(), **identity, "started_at": _now(), "ended_at": None, "status": "running",
                 "error": None}
-    write_json_atomically(folder / MANIFEST, manifest)
+    write_json_atomically(path, manifest)
     return manifest
 
 
-def job_ended(folder: Path, manifest: dict[str, Any], error: BaseException | None) -> None:
+def job_ended(path: Path, manifest: dict[str, Any], error: BaseException | None) -> None:
     """Rewrite the manifest with ``ended_at`` and the exit status (``finished`` or ``interrupted``)."""
     status = {"status": "finished" if error is None else "interrupted",
               "error": None if error is None else type(error).__name__}
-    write_json_atomically(folder / MANIFEST, manifest | {"ended_at": _now()} | status)
+    write_json_atomically(path, manifest | {"ended_at": _now()} | status)
 
 
 def read_manifests(run_dir: Path) -> list[dict[str, Any]]:
     """Every job manifest of a run directory, in shard-folder name order."""
-    return [json.loads(p.read_text()) for p in sorted(Path(run_dir).glob(f"jobs/*/{MANIFEST}"))]
+    return [json.loads(p.read_text()) for p in RunDir(Path(run_dir)).manifests()]
 
 
 

@@ -39,6 +39,7 @@ from apm.data.model import Release, Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
 from apm.prompts import turn_text
 from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
+from apm.records.rundir import RunDir
 from apm.runner import causality, latency, streaming
 from apm.runner.causality import check_shown
 from apm.runner.config import Rerun
@@ -168,8 +169,9 @@ class OnlineRun:
 
     async def _run(self, trajectories: list[Trajectory], instances: list[Instance]) -> RunStats:
         s = self.setup
-        self._newest_records = latest_records(s.run_dir / "records")
-        self._newest_memory = newest_memory_lines(s.run_dir / "memory")
+        run = RunDir(s.run_dir)
+        self._newest_records = latest_records(run.records)
+        self._newest_memory = newest_memory_lines(run.memory)
         on_record = {k: rec for k, rec in self._newest_records.items()
                      if not self._redo(rec) and not latency.needs_isolated(s, rec) and not causality.refused(rec)}
         memory_done = {k: m for k, m in self._newest_memory.items() if not self._redo(m)}
@@ -179,8 +181,8 @@ class OnlineRun:
         self.stats.total = len(instances)
         if self.progress is not None:
             self.progress.reset(total=self.stats.total)
-        self._records = JsonlAppender(s.run_dir / "records" / f"{s.shard_label}.jsonl")
-        self._memory = JsonlAppender(s.run_dir / "memory" / f"{s.shard_label}.jsonl")
+        self._records = JsonlAppender(run.records_file(s.shard_label))
+        self._memory = JsonlAppender(run.memory_file(s.shard_label))
         await _prebuild(s.cache, trajectories)
         tasks = [asyncio.ensure_future(self.trajectory(t, by_session, on_record, memory_done)) for t in trajectories]
         try:

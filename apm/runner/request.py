@@ -14,10 +14,10 @@ from pathlib import Path
 from apm.backbones.base import FramePart, Request, Truncation
 from apm.backbones.guard import text_chars
 from apm.data import clock
-from apm.data.ids import id_path
 from apm.data.instances import Instance
 from apm.data.model import Trajectory
 from apm.memory.base import MemoryProtocol
+from apm.records.rundir import RunDir
 from apm.runner.causality import check_shown
 from apm.runner.context import Prepared, prepare
 from apm.runner.setup import RunSetup
@@ -25,7 +25,7 @@ from apm.runner.setup import RunSetup
 
 def state_dir_of(setup: RunSetup, trajectory: Trajectory) -> Path:
     """Where the memory protocol keeps a trajectory's persistent state."""
-    return id_path(setup.run_dir / "memory_state", trajectory.trajectory_id)
+    return RunDir(setup.run_dir).memory_state(trajectory.trajectory_id)
 
 
 def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance,

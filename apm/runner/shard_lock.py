@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from apm.records.rundir import RunDir
 from apm.records.lock import (
     GROUP_SUFFIX,
     GroupHeld,
@@ -60,12 +61,13 @@ def holding_shard(setup: RunSetup) -> Iterator[None]:
     of one count, refused to any other count) and the shard's lock (``locks/<shard>.lock``) while its
     records, memory lines and state are written: a second job on the shard raises ``ShardBusy`` at
     once, or waits with ``wait_for_lock``; a job of another shard count is refused at once."""
-    locks = setup.run_dir / "locks"
+    locks = RunDir(setup.run_dir).locks
     try:
         count = take_group(locks, f"count-{shard_count(setup.shard_label)}")
     except GroupHeld as held:
         raise ShardBusy(other_count_line(setup, held)) from None
-    lock = WriterLock(locks / f"{setup.shard_label}.lock", lock_holder(), setup.wait_for_lock, reentrant=True)
+    lock = WriterLock(RunDir(setup.run_dir).shard_lock(setup.shard_label), lock_holder(), setup.wait_for_lock,
+                      reentrant=True)
     try:
         lock.acquire()
     except LockHeld as held:

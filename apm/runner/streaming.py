@@ -17,12 +17,13 @@ from typing import Any
 from apm.backbones.base import Backbone, Message, Request, Response
 from apm.data.frames import Frame
 from apm.data.ids import id_path
-from apm.data.instances import Instance, Turn
+from apm.data.instances import Instance, Turn, instance_view
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, StateManifest, state_manifest
 from apm.prompts import system_prompt
 from apm.records.atomic import write_atomically
 from apm.records.declaration import declared
+from apm.records.rundir import RunDir
 from apm.runner.causality import check_shown
 from apm.runner.context import build_parts, prompt_digest
 from apm.runner.record import NO_MEMORY, make_record
@@ -101,7 +102,7 @@ def visible_state_dir(setup: RunSetup, traj: Trajectory, visible: tuple[str, ...
     """Where the state built from a visible set's completed sessions alone is kept (beside the run's
     state, never measured as it: a restricted instance's own memory)."""
     name = "+".join(key.replace("/", "-") for key in visible[:-1])
-    return id_path(setup.run_dir / "memory_state_visible", traj.trajectory_id) / name
+    return RunDir(setup.run_dir).memory_state_visible(traj.trajectory_id) / name
 
 
 def _built(state_dir: Path) -> Path:

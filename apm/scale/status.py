@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from apm.records.jsonl import latest_by, read_folder, read_jsonl
+from apm.records.rundir import RunDir, find_runs
 from apm.runner import ledger
 from apm.scale import scheduler
 
@@ -71,31 +72,24 @@ class ShardStatus:
         return self.state.upper() in scheduler.ACTIVE or self.state in {"submitted", "running?"}
 
 
-def run_dirs(root: Path) -> list[Path]:
-    """Run dirs at or below ``root``: folders with a ``records/`` or ``jobs/shard-*`` inside."""
-    found = {p.parent.parent for p in root.glob("**/jobs/shard-*-of-*")}
-    found |= {p.parent.parent for p in root.glob("**/records/shard-*-of-*.jsonl")}
-    return sorted(found)
-
-
 def shards_of(run_dir: Path) -> list[str]:
     """Shard labels with a job folder or a records file, by count then index."""
-    labels = {p.name for p in (run_dir / "jobs").glob("shard-*-of-*")} | {
-        p.stem for p in (run_dir / "records").glob("shard-*-of-*.jsonl")}
+    run = RunDir(run_dir)
+    labels = {p.name for p in run.jobs.glob("shard-*-of-*")} | {p.stem for p in run.records.glob("shard-*-of-*.jsonl")}
     return sorted(labels, key=lambda s: tuple(int(x) for x in s.split("-")[1::2]))
 
 
 def record_counts(run_dir: Path) -> tuple[dict[str, bool], Counter]:
     """Per key: whether its newest record (``latest_by``) is free of errors; and how often each key is
     on record."""
-    records = list(read_folder(run_dir / "records"))
+    records = list(read_folder(RunDir(run_dir).records))
     last = {k: rec.get("error") is None for k, rec in latest_by(records, lambda rec: rec["key"]).items()}
     return last, Counter(rec["key"] for rec in records)
 
 
 def memory_errors(run_dir: Path) -> Counter:
     """Per trajectory, its session updates whose newest memory line records an error."""
-    lines = latest_by(read_folder(run_dir / "memory"), lambda m: (m.get("trajectory_id"), m.get("session_index")))
+    lines = latest_by(read_folder(RunDir(run_dir).memory), lambda m: (m.get("trajectory_id"), m.get("session_index")))
     return Counter(t for (t, _), m in lines.items() if m.get("error") is not None)
 
 
@@ -115,7 +109,7 @@ def _shard_keys(run_dir: Path, shard: str, plan: dict[str, Any] | None) -> list[
     """The plan's keys, or (no plan yet) the keys in the shard's own records file."""
     if plan is not None:
         return plan["keys"]
-    path = run_dir / "records" / f"{shard}.jsonl"
+    path = RunDir(run_dir).records_file(shard)
     return list(dict.fromkeys(r["key"] for r in read_jsonl(path, "records"))) if path.exists() else []
 
 
@@ -197,13 +191,15 @@ def _run_name(root: Path, run_dir: Path) -> str:
 
 
 def sweep_status(root: Path) -> list[ShardStatus]:
-    """Every shard of every run dir below ``root``, shards of its shard count never started included."""
-    root = Path(root)
-    pairs = [(d, s) for d in run_dirs(root) for s in shards_of(d)]
+    """Every shard of every run at or below ``root`` (:func:`apm.records.rundir.find_runs`), shards of its
+    shard count never started included."""
+    root = Path(root).resolve()
+    runs = find_runs([root]).paths
+    pairs = [(d, s) for d in runs for s in shards_of(d)]
     job_states = scheduler.states(last_job_id(ledger.read_events(d, s)) or "" for d, s in pairs)
     now = time.time()
     out = []
-    for run_dir in run_dirs(root):
+    for run_dir in runs:
         last, seen = record_counts(run_dir)
         failed_updates = memory_errors(run_dir)
         shards = shards_of(run_dir)

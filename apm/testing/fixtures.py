@@ -20,6 +20,7 @@ import orjson
 from apm.data.tasks import ADAPTIVE, CROSS_SESSION, EA, FAMILY_OF, MCQA_OPTIONS, PERCEPTION
 from apm.records.declaration import Declaration
 from apm.records.judging import signed
+from apm.records.rundir import RunDir
 
 Line = dict[str, Any]
 
@@ -140,9 +141,9 @@ def write_run(
     root: Path, records: Iterable[Line], judgements: Iterable[Line] = (), memory: Iterable[Line] = ()
 ) -> Path:
     """A run dir holding one shard of each kind of line; returns ``root``."""
-    write_jsonl(root / "records" / "shard-0.jsonl", records)
-    write_jsonl(root / "judgements" / "shard-0.jsonl", judgements)
-    write_jsonl(root / "memory" / "shard-0.jsonl", memory)
+    write_jsonl(RunDir(root).records / "shard-0.jsonl", records)
+    write_jsonl(RunDir(root).judgements / "shard-0.jsonl", judgements)
+    write_jsonl(RunDir(root).memory / "shard-0.jsonl", memory)
     return root
 
 
@@ -201,13 +202,13 @@ def synthetic_run(root: Path, run: Line, trajectories: int, seed: int = 0, skill
     rng = np.random.default_rng(seed)
     records = list(synthetic_lines(rng, run, trajectories, skill))
     for i in range(shards):
-        write_jsonl(root / "records" / f"shard-{i}.jsonl", records[i::shards])
+        write_jsonl(RunDir(root).records / f"shard-{i}.jsonl", records[i::shards])
     judged = [r for r in records if r["gate_pass"]]
     scores = rng.integers(1, 6, size=len(judged))
-    write_jsonl(root / "judgements" / "judge.jsonl", (judgement(r, int(s)) for r, s in zip(judged, scores)))
+    write_jsonl(RunDir(root).judgements / "judge.jsonl", (judgement(r, int(s)) for r, s in zip(judged, scores)))
     sessions = [(t, i) for t in range(trajectories) for i in range(5)]
     write_jsonl(
-        root / "memory" / "memory.jsonl",
+        RunDir(root).memory / "memory.jsonl",
         (memory_line(f"T{t:05d}", i, int(4e8 * (i + 1)), 0.2 * (i + 1), run) for t, i in sessions),
     )
     return root
@@ -266,7 +267,7 @@ def small_run_set(root: Path) -> Path:
              "T3": [(7, 0.1)]}
     memory = [memory_line(t, i, b, h, main) for t, states in sizes.items() for i, (b, h) in enumerate(states)]
     write_run(root / "main", recs, judgements, memory)
-    write_jsonl(root / "main" / "records" / "shard-1.jsonl", later)
+    write_jsonl(RunDir(root / "main").records / "shard-1.jsonl", later)
     ea_run = run_info(memory="restricted", dataset="apm-ea")
     ea = [
         record(EA, "X1", "ea", run=ea_run, evidence_available=True, original_candidate_id="C1"),

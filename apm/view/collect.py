@@ -26,6 +26,7 @@ from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE, EA, MCQA_TASKS, TASKS
 from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
+from apm.records.rundir import RunDir, find_runs
 from apm.reduce import RunSet, load_runs, score_table
 from apm.reduce.coverage import PARTIAL, coverage_by_method
 from apm.reduce.names import row_label, row_rank
@@ -74,7 +75,7 @@ class ReleaseChanged(ValueError):
 
 
 @dataclass(frozen=True)
-class RunDir:
+class ViewedRun:
     """One run directory and its resolved ``config.json``."""
 
     path: Path
@@ -96,27 +97,22 @@ class RunDir:
         return self.config.get("frames") or {}
 
 
-def find_run_dirs(paths: Iterable[str | Path]) -> list[RunDir]:
-    """Run dirs (``config.json`` beside ``records/``) at or below ``paths``, each once, in path order;
-    a path that does not exist raises ``FileNotFoundError``."""
+def find_run_dirs(paths: Iterable[str | Path]) -> list[ViewedRun]:
+    """The runs with a ``config.json`` at or below ``paths`` (:func:`apm.records.rundir.find_runs`), each
+    once, in path order; a path that does not exist raises ``FileNotFoundError``."""
     found: dict[Path, str] = {}
     for root in map(Path, paths):
-        if not root.exists():
-            raise FileNotFoundError(2, "no such run directory", str(root))
-        configs = [root / "config.json"] if (root / "config.json").is_file() else sorted(root.rglob("config.json"))
-        for config in configs:
-            if (config.parent / "records").is_dir():
-                path = config.parent.resolve()
-                found.setdefault(path, path.relative_to(root.resolve().parent).as_posix())
+        for run in find_runs([root], need_config=True).runs:
+            found.setdefault(run.path, run.path.relative_to(root.resolve().parent).as_posix())
     return [_run_dir(path, shown) for path, shown in found.items()]
 
 
-def _run_dir(path: Path, shown: str) -> RunDir:
+def _run_dir(path: Path, shown: str) -> ViewedRun:
     saved = read_run_config(path)
-    return RunDir(path, str(saved["config_hash"]), saved["config"], shown, saved.get("release_fingerprint"))
+    return ViewedRun(path, str(saved["config_hash"]), saved["config"], shown, saved.get("release_fingerprint"))
 
 
-def check_release(run: RunDir, release: Release | str) -> None:
+def check_release(run: ViewedRun, release: Release | str) -> None:
     """Refuse (:class:`ReleaseChanged`) a run whose readable release has changed since it was run."""
     if isinstance(release, str) or run.release_fingerprint is None:
         return
@@ -133,18 +129,18 @@ def _stamp(value: Any) -> float | None:
     return float(value)
 
 
-def _lines(runs: Sequence[RunDir], kind: Kind) -> dict[Stamped, tuple[RunDir, Line]]:
+def _lines(runs: Sequence[ViewedRun], kind: Kind) -> dict[Stamped, tuple[ViewedRun, Line]]:
     """Every usable ``<kind>/*.jsonl`` line of the runs, with the run dir holding it; of lines that
     the reducer cannot tell apart the one read later wins, as in the reducer."""
-    out: dict[Stamped, tuple[RunDir, Line]] = {}
+    out: dict[Stamped, tuple[ViewedRun, Line]] = {}
     for run in runs:
-        for path in sorted((run.path / kind).glob("*.jsonl")):
+        for path in RunDir(run.path).files(kind):
             for line in read_lines(path, kind):
                 out[(str(line["run"]["config_hash"]), line["key"], _stamp(line.get("written_ns")))] = (run, line)
     return out
 
 
-def chosen(table: pd.DataFrame, lines: Mapping[Stamped, tuple[RunDir, Line]]) -> dict[Pick, tuple[RunDir, Line]]:
+def chosen(table: pd.DataFrame, lines: Mapping[Stamped, tuple[ViewedRun, Line]]) -> dict[Pick, tuple[ViewedRun, Line]]:
     """The whole line (and its run dir) behind each row the reducer kept in ``table``."""
     rows = table.loc[:, ["config_hash", "key", "written_ns"]].itertuples(index=False)
     picked = ((str(h), str(key), lines.get((str(h), str(key), _stamp(stamp)))) for h, key, stamp in rows)
@@ -171,7 +167,7 @@ def method_scores(runs: RunSet) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
-def methods(runs: RunSet, dirs: Sequence[RunDir]) -> list[dict[str, Any]]:
+def methods(runs: RunSet, dirs: Sequence[ViewedRun]) -> list[dict[str, Any]]:
     """Every method (config hash) of the records, in the paper's row order, with label, scores and
     coverage (a partial method's label ends in '(partial)'; ``coverage.gap`` says what is missing)."""
     info = method_info(runs.records)
@@ -252,7 +248,7 @@ class Releases:
         return [v for v in self._loaded.values() if isinstance(v, str)]
 
 
-def frame_views(record: Line, run: RunDir, release: Release | str, thumbs: Thumbnails) -> list[dict[str, Any]]:
+def frame_views(record: Line, run: ViewedRun, release: Release | str, thumbs: Thumbnails) -> list[dict[str, Any]]:
     """The record's frames, each with its thumbnail's path (or why there is none)."""
     out = []
     for frame in record.get("frames") or []:

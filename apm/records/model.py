@@ -1,0 +1,298 @@
+"""The typed model of the lines a run writes (docs/records.md), from which the JSON schemas in
+``apm/records/schemas/`` are generated (``python -m apm.records.model`` rewrites them; a test checks the
+committed files are what this model generates). The lines stay plain JSON objects on disk.
+
+A field's Python type gives its JSON type (``X | None``: null allowed, ``Literal``: an enum); its
+:func:`spec` adds the schema keywords its type cannot say, and whether a line may leave it out.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from dataclasses import Field, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
+
+from apm.records.declaration import Declaration
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMAS = Path(__file__).parent / "schemas"
+HEX12, HEX64 = "^[0-9a-f]{12}$", "^[0-9a-f]{64}$"
+Schema = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Def:
+    """A named schema under ``$defs``, referred to wherever the annotated type is used."""
+
+    name: str
+    keywords: tuple[tuple[str, Any], ...] = ()
+
+
+def spec(absent_ok: bool = False, **keywords: Any) -> Any:
+    """A model field: JSON-schema ``keywords`` beyond its type; ``absent_ok``: a line may leave it out
+    (lines written before it existed)."""
+    return field(metadata={"schema": keywords, "absent_ok": absent_ok})
+
+
+Time = Annotated[str, Def("time", (("pattern", "^DAY[1-9][0-9]* [0-2][0-9]:[0-5][0-9]:[0-5][0-9]$"),))]
+Seconds = Annotated[float | None, Def("seconds", (("minimum", 0),))]
+DeclarationRef = Annotated[Declaration | None, Def("declaration")]
+Option = Literal["A", "B", "C", "D", "E"]
+Task = Literal["ER", "EST", "TR", "ACR", "CT", "OCR", "STU", "ERA", "RCR", "MPA", "PRM", "TPG", "EA"]
+Shard = "^shard-[0-9]+-of-[0-9]+$"
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The Hydra config-group option of each group (``None``: none chosen)."""
+
+    closed: ClassVar[bool] = True
+    dataset: str | None = spec()
+    memory: str | None = spec()
+    backbone: str | None = spec()
+    writer: str | None = spec()
+    judge: str | None = spec()
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The memory's Table 3 columns (``None``: undeclared)."""
+
+    closed: ClassVar[bool] = True
+    streaming: bool | None = spec()
+    persistent: bool | None = spec()
+
+
+@dataclass(frozen=True)
+class Declarations:
+    """What the method's classes declare (``None``: a class that declares nothing)."""
+
+    closed: ClassVar[bool] = True
+    memory: DeclarationRef = spec()
+    backbone: DeclarationRef = spec()
+    writer: DeclarationRef = spec(absent_ok=True)
+
+
+@dataclass(frozen=True)
+class RunBlock:
+    """Who answered: display names, the config hash and the method's config identity."""
+
+    closed: ClassVar[bool] = True
+    dataset: str = spec()
+    memory: str = spec()
+    backbone: str = spec()
+    config_hash: str = spec(pattern=HEX12)
+    release_fingerprint: str = spec(absent_ok=True, pattern=HEX12)
+    code: str = spec(absent_ok=True, pattern=HEX12)
+    choices: Choices = spec(absent_ok=True)
+    overrides: dict | None = spec(absent_ok=True, propertyNames={
+        "pattern": "^(memory|backbone|writer|frames|generation)(\\.|$)"})
+    capabilities: Capabilities = spec(absent_ok=True)
+    declarations: Declarations = spec(absent_ok=True)
+
+
+@dataclass(frozen=True)
+class FrameShown:
+    """One frame the model was shown: its session, video offset (s) and wall-clock time."""
+
+    closed: ClassVar[bool] = True
+    session: str = spec()
+    offset: float = spec(minimum=0)
+    wall_clock: Time = spec()
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Appendix B.3's timings and how they were measured (docs/records.md, "Latency")."""
+
+    closed: ClassVar[bool] = True
+    prep_s: Seconds = spec()
+    ttft_s: Seconds = spec()
+    total_s: Seconds = spec()
+    prefix_s: Seconds = spec()
+    rtf: Seconds = spec()
+    engine_ttft_s: Seconds = spec()
+    engine_total_s: Seconds = spec()
+    elapsed_s: Seconds = spec()
+    mode: Literal["isolated", "loaded"] = spec()
+    in_flight: int = spec(minimum=0)
+    concurrency: int = spec(minimum=1)
+    prefix_caching: bool | None = spec()
+    cached_tokens: int | None = spec(minimum=0)
+    ttft_from: Literal["last_update", "causal_prefix"] = spec(absent_ok=True)
+    update_s: Seconds = spec(absent_ok=True)
+    observe_s: Seconds = spec(absent_ok=True)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Token counts as the engine counted them (``None``: unknown)."""
+
+    closed: ClassVar[bool] = False
+    prompt: int | None = spec()
+    completion: int | None = spec()
+
+
+@dataclass(frozen=True)
+class InstanceRecord:
+    """One instance's record (``records/*.jsonl``): docs/records.md, "Instance record"."""
+
+    title: ClassVar[str] = "apm instance record (records/*.jsonl, one object per line)"
+    closed: ClassVar[bool] = True
+    key: str = spec(pattern="^[^/]+/[^/]+/[^/]+$")
+    run: RunBlock = spec()
+    trajectory_id: str = spec()
+    day_id: str = spec(pattern="^DAY[1-9][0-9]*$")
+    session_id: str = spec()
+    candidate_id: str = spec()
+    task: Task = spec()
+    family: Literal["cross_session", "perception", "adaptive", "ea"] = spec()
+    probe_id: str = spec()
+    polarity: Literal["positive", "negative"] | None = spec()
+    probe_time: Time = spec()
+    window_start: Time | None = spec()
+    evidence_available: bool | None = spec()
+    original_candidate_id: str | None = spec()
+    correct_option: Option | None = spec()
+    output: str = spec()
+    finish_reason: str | None = spec()
+    parse_status: Literal["ok", "repaired", "failed"] | None = spec()
+    parse_error: Literal["empty", "repetition", "several_options", "no_decision", "no_answer",
+                         "invalid_option"] | None = spec()
+    decision: Literal["SILENT", "INTERVENE"] | None = spec()
+    answer: Option | None = spec()
+    correct: bool | None = spec()
+    gate_pass: bool | None = spec()
+    frames: list[FrameShown] = spec()
+    prompt_version: str = spec()
+    prompt_sha256: str | None = spec(pattern=HEX64)
+    latency: Latency = spec()
+    tokens: Tokens = spec()
+    truncation: dict | None = spec()
+    memory_bytes: int = spec(minimum=0)
+    memory_sha256: str = spec(absent_ok=True, pattern=HEX64)
+    error: str | None = spec()
+    attempts: int = spec(minimum=0)
+    shard: str = spec(pattern=Shard)
+    written_ns: int = spec(absent_ok=True, minimum=0)
+    revision: int = spec(absent_ok=True, minimum=1)
+
+
+@dataclass(frozen=True)
+class StateFile:
+    """One file of a protocol's persistent state: its size and digest."""
+
+    closed: ClassVar[bool] = True
+    bytes: int = spec(minimum=0)
+    sha256: str = spec(pattern=HEX64)
+
+
+@dataclass(frozen=True)
+class MemoryLine:
+    """One completed session's memory line (``memory/*.jsonl``): the protocol's state size on disk."""
+
+    title: ClassVar[str] = "apm session memory record (memory/*.jsonl, one object per completed session)"
+    closed: ClassVar[bool] = False
+    run: RunBlock = spec()
+    trajectory_id: str = spec()
+    day_id: str = spec(pattern="^DAY[1-9][0-9]*$")
+    session_id: str = spec()
+    session_index: int = spec(minimum=0)
+    bytes: int = spec(minimum=0)
+    prior_hours: float = spec(exclusiveMinimum=0)
+    update_s: float = spec(minimum=0)
+    writer_parse_status: Literal["ok", "repaired", "failed"] = spec(absent_ok=True)
+    error: str | None = spec()
+    writer_total_s: float = spec(absent_ok=True, minimum=0)
+    state: dict[str, StateFile] = spec()
+    state_sha256: str = spec(pattern=HEX64)
+    written_ns: int = spec(absent_ok=True, minimum=0)
+    revision: int = spec(absent_ok=True, minimum=1)
+
+
+def values(model: type, name: str) -> tuple[Any, ...]:
+    """The values a model field's ``Literal`` type allows (null left out): what a reader checks it against."""
+    tp = get_type_hints(model)[name]
+    return get_args(next(t for t in (tp, *get_args(tp)) if get_origin(t) is Literal))
+
+
+SCALARS = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object"}
+MODELS = {"record.schema.json": InstanceRecord, "memory.schema.json": MemoryLine}
+"""Each schema file and the model it is generated from."""
+
+
+def _nullable(schema: Schema) -> Schema:
+    """``schema`` or null."""
+    if "enum" in schema:
+        return {**schema, "enum": [*schema["enum"], None]}
+    if isinstance(schema.get("type"), str):
+        return {**schema, "type": [schema["type"], "null"]}
+    return {"oneOf": [schema, {"type": "null"}]}
+
+
+def _type_schema(tp: Any, defs: dict[str, Schema]) -> Schema:
+    """The JSON schema of a model type (named parts collected into ``defs``)."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        inner, named = args[0], args[1]
+        defs.setdefault(named.name, {**_type_schema(inner, defs), **dict(named.keywords)})
+        return {"$ref": f"#/$defs/{named.name}"}
+    if origin in (Union, types.UnionType):
+        (inner,) = [a for a in args if a is not type(None)]
+        return _nullable(_type_schema(inner, defs))
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(args[0], defs)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _type_schema(args[1], defs)}
+    if isinstance(tp, type) and is_dataclass(tp):
+        return _object_schema(tp, defs)
+    return {"type": SCALARS[tp]}
+
+
+def _field_schema(f: Field[Any], hint: Any, defs: dict[str, Schema]) -> Schema:
+    return {**_type_schema(hint, defs), **f.metadata.get("schema", {})}
+
+
+def _object_schema(model: type, defs: dict[str, Schema]) -> Schema:
+    """A model class as a JSON object: its fields' schemas, each required unless its metadata says
+    ``absent_ok``; closed (no other field) unless the class says ``closed = False``."""
+    hints = get_type_hints(model, include_extras=True)
+    own = [f for f in fields(model) if f.name in hints]
+    required = [f.name for f in own if not f.metadata.get("absent_ok", False)]
+    schema: Schema = {"type": "object"}
+    if getattr(model, "closed", True):
+        schema["additionalProperties"] = False
+    schema["required"] = required
+    schema["properties"] = {f.name: _field_schema(f, hints[f.name], defs) for f in own}
+    return schema
+
+
+def json_schema(model: type) -> Schema:
+    """The JSON schema (draft 2020-12) of a top-level line model."""
+    defs: dict[str, Schema] = {}
+    body = _object_schema(model, defs)
+    head: Schema = {"$schema": DRAFT, "title": model.title}  # type: ignore[attr-defined]
+    return {**head, **body, **({"$defs": defs} if defs else {})}
+
+
+def schema_text(model: type) -> str:
+    """The schema file's text: :func:`json_schema` as indented JSON."""
+    return json.dumps(json_schema(model), indent=2, ensure_ascii=False) + "\n"
+
+
+def write_schemas(folder: Path = SCHEMAS) -> list[Path]:
+    """Write every schema file from its model; returns the paths written."""
+    written = []
+    for name, model in MODELS.items():
+        (folder / name).write_text(schema_text(model), encoding="utf-8")
+        written.append(folder / name)
+    return written
+
+
+if __name__ == "__main__":
+    print("\n".join(map(str, write_schemas(Path(sys.argv[1]) if len(sys.argv) > 1 else SCHEMAS))))
