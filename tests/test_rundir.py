@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from apm.judge.cli import main as judge_main
 from apm.publish.cli import main as publish_main
-from apm.records.rundir import RunDir, find_runs
 from apm.reduce.cli import main as reduce_main
+from apm.view.cli import main as view_main
+
+from apm.records.rundir import RunDir, find_runs
 from apm.scale.status import main as status_main
 from apm.synth import generate
-from apm.view.cli import main as view_main
 
 LIMIT = ("memory=raw_video", "dataset.limit=6", "logging.progress=false", "logging.wandb.mode=disabled",
          "preflight=false")

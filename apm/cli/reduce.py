@@ -18,7 +18,7 @@ from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sy
 from apm.records.atomic import OutputRefused, claim_output, replaced_output, write_json_atomically
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
-from apm.reduce.load import MixedReleases, RunSet, load_runs, one_release, run_dirs
+from apm.reduce.load import MixedReleases, RunSet, load_runs, one_release
 from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import judge_note, score_table, unjudged_probes

@@ -54,7 +54,6 @@ from apm.publish.source import Method, read_methods, sweep_root
 from apm.publish.thumbnails import Strip, Thumbnails
 from apm.records.atomic import OUTPUT_LOCK, OutputRefused, claim_output, read_marker, write_marker
 from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
-from apm.records.rundir import RunDir
 from apm.reduce.load import run_dirs
 from apm.reduce.scores import SCORE_COLUMNS
 from apm.video.cache import FrameCache

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from apm.records.rundir import RunDir
 from apm.records.lock import (
     GROUP_SUFFIX,
     GroupHeld,
@@ -18,6 +17,7 @@ from apm.records.lock import (
     take_group,
     this_process,
 )
+from apm.records.rundir import RunDir
 from apm.runner.ledger import scheduler_job_id
 from apm.runner.setup import RunSetup
 

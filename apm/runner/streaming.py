@@ -16,8 +16,7 @@ from typing import Any
 
 from apm.backbones.base import Backbone, Message, Request, Response
 from apm.data.frames import Frame
-from apm.data.ids import id_path
-from apm.data.instances import Instance, Turn, instance_view
+from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, StateManifest, state_manifest
 from apm.prompts import system_prompt
