@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from apm.judge.cli import main as judge_main
-from apm.publish.cli import main as publish_main
-from apm.reduce.cli import main as reduce_main
-from apm.view.cli import main as view_main
 
+from apm.cli.judge import main as judge_main
+from apm.cli.publish import main as publish_main
+from apm.cli.reduce import main as reduce_main
+from apm.cli.view import main as view_main
 from apm.records.rundir import RunDir, find_runs
 from apm.scale.status import main as status_main
 from apm.synth import generate
@@ -30,7 +30,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("sweep")
     release = generate(base / "rel", seed=3, scale="tiny")
     for backbone in ("random", "always_silent"):
-        done = subprocess.run([sys.executable, "-m", "apm.runner.app", f"dataset.root={release}",
+        done = subprocess.run([sys.executable, "-m", "apm.cli.run", f"dataset.root={release}",
                                f"output_root={base / 'runs'}", f"frames.cache_dir={base / 'cache'}",
                                f"backbone={backbone}", *LIMIT], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
