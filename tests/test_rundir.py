@@ -13,9 +13,9 @@ import pytest
 from apm.cli.judge import main as judge_main
 from apm.cli.publish import main as publish_main
 from apm.cli.reduce import main as reduce_main
+from apm.cli.status import main as status_main
 from apm.cli.view import main as view_main
 from apm.records.rundir import RunDir, find_runs
-from apm.scale.status import main as status_main
 from apm.synth import generate
 
 LIMIT = ("memory=raw_video", "dataset.limit=6", "logging.progress=false", "logging.wandb.mode=disabled",
