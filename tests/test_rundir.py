@@ -62,8 +62,9 @@ def test_run_dir_names_every_path_a_run_writes(sweep: Path) -> None:
     written = {p for p in run.path.rglob("*") if p.is_file()}
     in_named = {p for p in written if any(p == n or n in p.parents for n in named)}
     others = {p.relative_to(run.path).as_posix() for p in written - in_named}
-    # what else a run holds: Hydra's job log, the shard-count group locks (docs/records.md)
-    assert others == {f"jobs/{SHARD}/app.log", "locks/count-1.group.lock", "locks/groups.lock"}, others
+    # what else a run holds: Hydra's job log (named after the entry module, apm.cli.run), the shard-count group
+    # locks (docs/records.md)
+    assert others == {f"jobs/{SHARD}/run.log", "locks/count-1.group.lock", "locks/groups.lock"}, others
 
 
 def test_find_runs_takes_a_run_dir_or_any_folder_above_and_skips_debris(sweep: Path) -> None:
