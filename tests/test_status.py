@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from apm.cli import status as apm_status
+from apm.records.rundir import RunDir
 from apm.runner import ledger
 from apm.scale import scheduler, status
 from apm.testing import fixtures
@@ -28,7 +29,7 @@ def record(key: str, error: str | None = None) -> dict:
 
 def write_shard(run: Path, index: int, done: int, errors: int, events: list[dict]) -> None:
     label = f"shard-{index}-of-3"
-    folder = ledger.shard_dir(run, label)
+    folder = RunDir(run).job(label)
     folder.mkdir(parents=True)
     keys = KEYS[index]
     (folder / "plan.json").write_text(json.dumps({"shard": label, "instances": len(keys), "keys": keys}))
@@ -106,8 +107,8 @@ def test_a_plan_that_cannot_be_written_leaves_no_temporary_file(tmp_path):
     """The plan is written through ``apm.records.atomic`` (a writer's own temporary name, flushed to
     disk, removed when the rename fails), not a hand-rolled ``.plan.json.<pid>``."""
     shard = "shard-0-of-1"
-    blocked = ledger.shard_dir(tmp_path, shard) / ledger.PLAN
+    blocked = RunDir(tmp_path).plan(shard)
     (blocked / "in-the-way").mkdir(parents=True)  # a folder where plan.json goes: the rename fails
     with pytest.raises(OSError):
         ledger.job_started(tmp_path, shard, [], [], selected=0, population=0)
-    assert sorted(p.name for p in blocked.parent.iterdir()) == [ledger.PLAN]
+    assert sorted(p.name for p in blocked.parent.iterdir()) == [blocked.name]

@@ -23,11 +23,6 @@ from apm.records.jsonl import JsonlAppender, done_keys, read_jsonl
 from apm.records.rundir import RunDir
 
 
-def shard_dir(run_dir: Path, shard: str) -> Path:
-    """Where a shard's plan, ledger and Hydra output live."""
-    return RunDir(Path(run_dir)).job(shard)
-
-
 def scheduler_job_id() -> str | None:
     """This process's SLURM job id (``<array job>_<task>`` for an array task), or None outside SLURM."""
     array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
