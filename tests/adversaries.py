@@ -14,6 +14,7 @@ from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, Note
+from apm.prompts.render import fill, read_probe
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
 from apm.video.select import CausalityError, Span
 
@@ -139,7 +140,7 @@ class Omniscient(StreamingSystem):
                                      "fields": sorted(inst.candidate.fields)}
         asked = probe.request().messages[-1].parts[-1]
         assert isinstance(asked, TextPart)
-        content = asked.text.replace('"answer":"A|B|C|D|E"', '"answer":"A|B|C|D"')  # the content, not E
+        content = _content_question(asked.text)
         earlier = [f"[Video of earlier session {key}, {clock.label(s.start)} to {clock.split(s.end)[1]}]"
                    for key, s in self.sessions.items() if key != inst.session]
         now = self.sessions[inst.session]
@@ -151,3 +152,12 @@ class Omniscient(StreamingSystem):
 
     async def export(self, state_dir: Path) -> dict[str, Any]:
         return {}
+
+
+def _content_question(text: str) -> str:
+    """``text`` with an EA probe asked as the plain MCQA of its content (options A–D, never E)."""
+    name, fields = read_probe(text) or ("", {})
+    if name != "ea":
+        return text
+    ea = fill("ea", fields)
+    return text.removesuffix(ea) + fill("mcqa", {k: v for k, v in fields.items() if k != "OPTION E"})

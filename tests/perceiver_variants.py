@@ -35,7 +35,7 @@ class CurrentFramesOnly(PixelPerceiver):
 
     async def generate(self, request: Request) -> Response:
         saved = perceiver.PROBES
-        perceiver.PROBES = tuple((phrase, CURRENT_ONLY.get(probe, probe)) for phrase, probe in saved)
+        perceiver.PROBES = {name: CURRENT_ONLY.get(probe, probe) for name, probe in saved.items()}
         try:
             return await super().generate(request)
         finally:

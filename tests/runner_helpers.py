@@ -1,29 +1,36 @@
-"""Shared pieces for end-to-end tests of ``apm-run``: a tiny synthetic release, composed configs,
-and a probe backbone that records what each instance was shown."""
+"""The support module of the tests: shared pieces for end-to-end tests of ``apm-run`` (composed configs,
+runs, their records), what a release under test holds (its counts), spies that record what each
+instance was shown, and checks several test modules make. No test module imports another."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
 
 from apm.backbones.base import Request
 from apm.backbones.baselines import Oracle
 from apm.configs import CONF_DIR
-from apm.data.instances import Instance
+from apm.data.frames import Frame
+from apm.data.instances import Instance, release_instances
+from apm.data.release import load_release
+from apm.memory.base import state_bytes
 from apm.runner.app import run_async, run_dir_of
 from apm.testing.fake_server import FakeServer
+from apm.video.pixelcode import read_code
 
 
 def compose_run(root: Path, out: Path, cache: Path, overrides: list[str] = ()) -> DictConfig:
@@ -37,6 +44,94 @@ def compose_run(root: Path, out: Path, cache: Path, overrides: list[str] = ()) -
 def run(cfg: DictConfig) -> Path:
     asyncio.run(run_async(cfg))
     return run_dir_of(cfg)
+
+
+def run_as_app(root: Path, out: Path, cache: Path, overrides: list[str] = ()) -> Path:
+    """Run in this process as ``apm-run`` would: with Hydra's own config set, so the run records its
+    config choices and the settings off their defaults (what reduce names a method by)."""
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        cfg = compose("config", overrides=[
+            f"dataset.root={root}", f"output_root={out}", f"frames.cache_dir={cache}",
+            "logging.wandb.mode=disabled", "logging.progress=false", *overrides,
+        ], return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]  # as a Hydra app's task sees its config
+        try:
+            return run(cfg)
+        finally:
+            HydraConfig.instance().cfg = None
+
+
+def release_sessions(root: Path) -> int:
+    """How many sessions the release at ``root`` holds: each is observed, and its memory measured, once."""
+    return sum(len(t.sessions) for t in load_release(root, check_videos=False).trajectories)
+
+
+def release_instance_count(root: Path, tasks: Collection[str] | None = None) -> int:
+    """How many instances the release at ``root`` plans (of ``tasks``; default every task, EA included):
+    a whole run's records."""
+    return sum(tasks is None or i.task in tasks for i in release_instances(load_release(root, check_videos=False)))
+
+
+GOOD_JUDGEMENT = json.dumps({
+    "score": 4,
+    "criterion_checks": {"task_fidelity": "pass", "historical_or_registration_grounding": "not_applicable",
+                         "current_trigger_or_silence_grounding": "pass", "factual_support": "partial",
+                         "usefulness": "pass"},
+    "critical_issues": [],
+    "justification": "Grounded in the registration.",
+})
+"""A valid A.3 judge reply (score 4)."""
+
+
+def first_trajectory(release: Path, out: Path) -> Path:
+    """A copy of ``release`` holding only its first trajectory (its sessions, candidates and videos)."""
+    trajectories = json.loads((release / "trajectories.json").read_text())[:1]
+    keep = trajectories[0]["trajectory_id"]
+    out.mkdir(parents=True)
+    (out / "trajectories.json").write_text(json.dumps(trajectories))
+    for name in ("candidates.jsonl", "ea_candidates.jsonl"):
+        lines = (release / name).read_text().splitlines()
+        (out / name).write_text("".join(x + "\n" for x in lines if json.loads(x)["trajectory_id"] == keep))
+    shutil.copytree(release / "videos" / keep, out / "videos" / keep)
+    return out
+
+
+def pixel_second(frame: Frame) -> int | None:
+    """The wall-clock second the frame's pixels show."""
+    return read_code(frame.pixels())
+
+
+def assert_storage_is_on_disk(run_dir: Path) -> None:
+    """Each trajectory's state folder holds the bytes its last memory line measured, and some."""
+    lines = memory_records(run_dir)
+    for tid in {m["trajectory_id"] for m in lines}:
+        last = max((m for m in lines if m["trajectory_id"] == tid), key=lambda m: m["session_index"])
+        assert state_bytes(run_dir / "memory_state" / tid) == last["bytes"] > 0
+
+
+def _live(pid: int, group: bool) -> bool:
+    """Whether process ``pid`` (``group``: any process of group ``pid``) runs; a zombie does not."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError):
+            continue  # it ended while we looked
+        if (int(pgrp) if group else int(stat.parent.name)) == pid and state != "Z":
+            return True
+    return False
+
+
+def process_gone(pid: int, within_s: float = 5.0, group: bool = False) -> bool:
+    """Whether process ``pid`` (``group``: every process of group ``pid``) is gone within ``within_s``:
+    none left, or only zombies (exited, not yet reaped by their parent)."""
+    deadline = time.monotonic() + within_s
+    while _live(pid, group):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
@@ -99,6 +194,14 @@ class ShownFrames(Oracle):
     async def generate(self, request):
         ShownFrames.seen[request.request_id] = SeenRequest(**vars(request))
         return await super().generate(request)
+
+
+def take(log: dict[Any, Any]) -> dict[Any, Any]:
+    """A spy's log so far, emptied (conftest's ``fresh_spies`` empties every log around each test): each
+    run's own, in a test that runs a spy more than once."""
+    kept = dict(log)
+    log.clear()
+    return kept
 
 
 @contextmanager

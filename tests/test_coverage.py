@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, run
+from runner_helpers import compose_run, release_instance_count, run
 
 from apm.cli import reduce as apm_reduce
 from apm.cli import status as apm_status
@@ -24,13 +24,17 @@ from apm.testing import fixtures
 from apm.view.collect import methods
 
 BASE = ["memory=none", "backbone=random"]
-SHARD_INSTANCES = 144
-"""Instances of the tiny release (seed 2) with EA, all in one shard."""
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=2, scale="tiny")
+
+
+@pytest.fixture(scope="module")
+def planned(tiny: Path) -> int:
+    """The instances of the tiny release with EA, all in one shard's plan."""
+    return release_instance_count(tiny)
 
 
 @pytest.fixture(autouse=True)
@@ -60,20 +64,20 @@ def one(values) -> object:
     return value
 
 
-def test_a_limited_try_is_partial_in_every_table_and_complete_refuses(tiny, tmp_path, capsys):
+def test_a_limited_try_is_partial_in_every_table_and_complete_refuses(tiny, planned, tmp_path, capsys):
     run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [*BASE, "dataset.limit=13"]))
     assert reduce(tmp_path / "runs", tmp_path / "report") == 0
     warned = [line for line in capsys.readouterr().err.splitlines() if "planned instances" in line]
     assert len(warned) == 1 and "SimpleStream · Random (baseline) (partial)" in warned[0]
-    assert "13 of 144 planned instances on record" in warned[0] and "ran a subset" in warned[0]
+    assert f"13 of {planned} planned instances on record" in warned[0] and "ran a subset" in warned[0]
 
     scores = read_scores(tmp_path / "report" / "scores.csv")
-    assert one(scores["n_planned"]) == SHARD_INSTANCES
-    assert one(scores["coverage"]) == pytest.approx(13 / SHARD_INSTANCES)
+    assert one(scores["n_planned"]) == planned
+    assert one(scores["coverage"]) == pytest.approx(13 / planned)
     for table in ("table3", "table4", "table_latency"):
         md = (tmp_path / "report" / "tables" / f"{table}.md").read_text()
         assert "SimpleStream · Random (baseline) (partial)" in md
-        assert "13 of 144 planned instances on record" in md  # the footnote says what is missing
+        assert f"13 of {planned} planned instances on record" in md  # the footnote says what is missing
 
     assert reduce(tmp_path / "runs", tmp_path / "strict", "--complete") == 2
     err = capsys.readouterr().err
@@ -81,32 +85,32 @@ def test_a_limited_try_is_partial_in_every_table_and_complete_refuses(tiny, tmp_
     assert not (tmp_path / "strict").exists()  # refused: nothing written
 
 
-def test_a_complete_run_is_unmarked_and_passes_complete(full_run, tmp_path, capsys):
+def test_a_complete_run_is_unmarked_and_passes_complete(full_run, planned, tmp_path, capsys):
     assert reduce(full_run, tmp_path / "report", "--complete") == 0
     scores = read_scores(tmp_path / "report" / "scores.csv")
-    assert one(scores["n_planned"]) == SHARD_INSTANCES and one(scores["coverage"]) == 1.0
+    assert one(scores["n_planned"]) == planned and one(scores["coverage"]) == 1.0
     assert one(scores["coverage_gap"]) == ""
     assert "(partial)" not in (tmp_path / "report" / "tables" / "table3.md").read_text()
     assert "planned instances" not in capsys.readouterr().err
 
 
-def test_a_truncated_records_file_is_a_gap(full_run, tmp_path):
+def test_a_truncated_records_file_is_a_gap(full_run, planned, tmp_path):
     copy = shutil.copytree(full_run, tmp_path / "run")
     (records,) = (copy / "records").glob("*.jsonl")
     records.write_text("".join(records.read_text().splitlines(keepends=True)[:60]))
     scores = scores_of(copy)
-    assert one(scores["coverage"]) == pytest.approx(60 / SHARD_INSTANCES)
-    assert "84 of 144 without a record" in one(scores["coverage_gap"])
+    assert one(scores["coverage"]) == pytest.approx(60 / planned)
+    assert f"{planned - 60} of {planned} without a record" in one(scores["coverage_gap"])
 
 
-def test_missing_shards_are_gaps_and_status_shows_the_whole_plan(tiny, tmp_path, capsys):
+def test_missing_shards_are_gaps_and_status_shows_the_whole_plan(tiny, planned, tmp_path, capsys):
     run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache",
                               [*BASE, "shard.count=3", "shard.index=0"]))
     plan = json.loads((run_dir / "jobs" / "shard-0-of-3" / "plan.json").read_text())
-    assert plan["population"] == SHARD_INSTANCES and plan["instances"] < SHARD_INSTANCES
+    assert plan["population"] == planned and plan["instances"] < planned
     scores = scores_of(run_dir)
-    assert one(scores["n_planned"]) == SHARD_INSTANCES
-    assert one(scores["coverage"]) == pytest.approx(plan["instances"] / SHARD_INSTANCES)
+    assert one(scores["n_planned"]) == planned
+    assert one(scores["coverage"]) == pytest.approx(plan["instances"] / planned)
     assert "shard-1-of-3, shard-2-of-3 never started" in one(scores["coverage_gap"])
 
     rows = {r.shard: r for r in status.sweep_status(tmp_path / "runs")}
@@ -114,7 +118,7 @@ def test_missing_shards_are_gaps_and_status_shows_the_whole_plan(tiny, tmp_path,
     assert [rows[f"shard-{i}-of-3"].state for i in (1, 2)] == ["missing", "missing"]
     assert apm_status.main([str(tmp_path / "runs")]) == 1  # missing shards need submitting
     summary = capsys.readouterr().out.splitlines()[-1]
-    assert "2 missing" in summary and f"whole plan {plan['instances']}/{SHARD_INSTANCES}" in summary
+    assert "2 missing" in summary and f"whole plan {plan['instances']}/{planned}" in summary
 
 
 def test_failed_memory_updates_are_counted_and_marked(tiny, tmp_path, capsys):

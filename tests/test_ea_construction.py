@@ -23,17 +23,24 @@ OMNISCIENT = ["memory=none", "memory._target_=adversaries.Omniscient", "~memory.
               "dataset.tasks=[EA,RCR]"]
 
 
+Runs = list[tuple[Release, list[dict[str, Any]], Any]]
+
+
 @pytest.fixture(scope="module")
-def omniscient(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Release, list[dict[str, Any]], Any]]:
-    """The Omniscient adversary over the EA and RCR instances of three tiny releases."""
-    Omniscient.READ.clear()
+def omniscient_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Runs, dict[str, dict[str, Any]]]:
+    """The Omniscient adversary over the EA and RCR instances of three tiny releases, and what it read."""
     out = []
     for seed in SEEDS:
         root = tmp_path_factory.mktemp(f"ea{seed}")
         release = generate(root / "rel", seed=seed, scale="tiny")
         cfg = compose_run(release, root / "runs", root / "cache", OMNISCIENT)
         out.append((load_release(release), records(run(cfg)), cfg))
-    return out
+    return out, dict(Omniscient.READ)
+
+
+@pytest.fixture(scope="module")
+def omniscient(omniscient_runs: tuple[Runs, dict[str, dict[str, Any]]]) -> Runs:
+    return omniscient_runs[0]
 
 
 def _content(release: Release, recs: list[dict[str, Any]], available: bool) -> list[tuple[bool, bool]]:
@@ -54,8 +61,8 @@ def test_a_system_that_reads_everything_cannot_answer_ea_hidden_evidence_questio
     assert sum(right for right, _ in hidden) <= len(hidden) / 2  # its content answers are guesses (chance: 1/4)
 
 
-def test_a_streaming_system_is_handed_an_instance_view_without_the_annotations(omniscient):
-    read = Omniscient.READ
+def test_a_streaming_system_is_handed_an_instance_view_without_the_annotations(omniscient, omniscient_runs):
+    read = omniscient_runs[1]
     tasks = {i.key: i.task for release, _, _ in omniscient for i in release_instances(release)}
     assert {tasks[key] for key in read} == {"EA", "RCR"}
     for seen in read.values():
@@ -76,6 +83,5 @@ def test_the_state_of_a_visible_set_is_cached_a_rerun_feeds_nothing(omniscient):
     restricted = {(i.trajectory_id, i.visible_sessions) for i in release_instances(release) if i.task == "EA"
                   and len(i.visible_sessions) <= release.trajectory(i.trajectory_id).session(i.session).index}
     assert restricted and len(built) == len(restricted)  # one state per visible set
-    Omniscient.OBSERVED.clear()
     run(cfg)
     assert Omniscient.OBSERVED == [] and records(run_dir) == recs

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from runner_helpers import compose_run, records, run, served
+from runner_helpers import compose_run, records, release_instance_count, run, served
 
 from apm.backbones import Response
 from apm.backbones.fail_fast import FailFast, RunStopped
@@ -67,9 +67,10 @@ def test_a_job_whose_every_instance_failed_exits_non_zero(tiny, tmp_path):
     with served(models=("served-model",)) as srv:
         cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache",
                           endpoint_overrides(srv.base_url, "no-such-model") + ["fail_fast=0", "dataset.tasks=[ER]"])
-        with pytest.raises(RunStopped, match="every one of the 6 instances run failed; the first: HTTP 404"):
+        planned = release_instance_count(tiny, {"ER"})
+        with pytest.raises(RunStopped, match=f"every one of the {planned} instances run failed; the first: HTTP 404"):
             asyncio.run(run_async(cfg, strict=True))
-        assert len(records(run_dir_of(cfg))) == 6  # on record: rerun=errors asks again
+        assert len(records(run_dir_of(cfg))) == planned  # on record: rerun=errors asks again
 
 
 def test_apm_run_says_it_in_one_line_with_a_non_zero_exit(tiny, tmp_path):

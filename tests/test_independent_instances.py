@@ -18,14 +18,14 @@ from apm.synth import generate
 SAID = re.compile(r"^\[DAY\d+ \d\d:\d\d:\d\d\] User: ", re.M)
 
 
-@pytest.fixture(scope="module")
-def shown(tmp_path_factory):
-    """Every request of a raw-video run on the tiny synthetic release, and what each candidate's user
-    says to be remembered (its ERA question, its registration), by candidate."""
+@pytest.fixture(scope="module", params=["uniform", "session_stable"])
+def shown(request, tmp_path_factory):
+    """Every request of a raw-video run on the tiny synthetic release under each frame layout, and what
+    each candidate's user says to be remembered (its ERA question, its registration), by candidate."""
     root = generate(tmp_path_factory.mktemp("rel") / "tiny", seed=0, scale="tiny")
     out = tmp_path_factory.mktemp("runs")
-    ShownFrames.seen.clear()
     run(compose_run(root, out, out / "cache", ["memory=raw_video", "backbone=oracle", "backbone.max_frames=16",
+                                              f"frames.layout={request.param}",
                                               "backbone._target_=runner_helpers.ShownFrames"]))
     release = load_release(root)
     said: dict[str, set[str]] = {}

@@ -9,22 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, records, run
+from runner_helpers import GOOD_JUDGEMENT, compose_run, records, run
 
 from apm.cli.judge import judge_backbone
 from apm.judge.rubric import RUBRIC_VERSION, check_reply, guidance, rubric
 from apm.judge.stage import JudgeStage
 from apm.records.jsonl import read_folder
 from apm.synth import generate
-
-GOOD = json.dumps({
-    "score": 4,
-    "criterion_checks": {"task_fidelity": "pass", "historical_or_registration_grounding": "not_applicable",
-                         "current_trigger_or_silence_grounding": "pass", "factual_support": "partial",
-                         "usefulness": "pass"},
-    "critical_issues": [],
-    "justification": "Grounded in the registration.",
-})
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +47,7 @@ def judge_once(judge, run_dir: Path, retries: int = 2, **options):
 
 
 def test_valid_judgements_are_cached_and_a_second_run_makes_no_call(oracle_run, monkeypatch):
-    proc, judge = fake_judge(GOOD, monkeypatch)
+    proc, judge = fake_judge(GOOD_JUDGEMENT, monkeypatch)
     try:
         gated = [r for r in records(oracle_run) if r["family"] == "adaptive"]
         first = judge_once(judge, oracle_run)
@@ -80,7 +71,7 @@ def test_judge_cache_is_keyed_on_the_judge_model_not_its_display_name(oracle_run
     runs = {}
     for label, overrides in {"paper": (), "other model, same name": ("judge.model=deepseek-v9",),
                              "same model, new name": ("judge.name=Renamed judge",)}.items():
-        proc, judge = fake_judge(GOOD, monkeypatch, *overrides)
+        proc, judge = fake_judge(GOOD_JUDGEMENT, monkeypatch, *overrides)
         try:
             runs[label] = judge_once(judge, run_dir)
         finally:
@@ -114,15 +105,15 @@ def test_invalid_replies_are_retried_then_recorded_as_failed(oracle_run, monkeyp
 
 @pytest.mark.parametrize("reply,message", [
     ("not json", "not JSON"),
-    (GOOD.replace('"score": 4', '"score": 4.0'), "integer 1-5"),
-    (GOOD.replace('"pass"', '"pass|partial|fail"', 1), "task_fidelity"),
-    (GOOD.replace('"critical_issues": [], ', ''), "keys must be exactly"),
-    (json.dumps({**json.loads(GOOD), "extra": 1}), "keys must be exactly"),
+    (GOOD_JUDGEMENT.replace('"score": 4', '"score": 4.0'), "integer 1-5"),
+    (GOOD_JUDGEMENT.replace('"pass"', '"pass|partial|fail"', 1), "task_fidelity"),
+    (GOOD_JUDGEMENT.replace('"critical_issues": [], ', ''), "keys must be exactly"),
+    (json.dumps({**json.loads(GOOD_JUDGEMENT), "extra": 1}), "keys must be exactly"),
 ])
 def test_reply_must_be_exactly_the_rubric_json(reply, message):
     with pytest.raises(ValueError, match=message):
         check_reply(reply)
-    assert check_reply(GOOD).score == 4
+    assert check_reply(GOOD_JUDGEMENT).score == 4
 
 
 def test_rubric_and_guidance_are_appendix_a3_verbatim(paper_excerpt):
@@ -169,7 +160,7 @@ def test_a_judge_outage_is_retried_on_the_next_run(oracle_run, monkeypatch, tmp_
     n = len([r for r in records(run_dir) if r["family"] == "adaptive"])
     assert first.failed == n and first.calls == n  # a transport failure is not retried as an invalid reply
     assert {j["failure"] for j in read_folder(run_dir / "judgements")} == {"backbone"}
-    proc, judge = fake_judge(GOOD, monkeypatch)
+    proc, judge = fake_judge(GOOD_JUDGEMENT, monkeypatch)
     try:
         second = judge_once(judge, run_dir)
     finally:

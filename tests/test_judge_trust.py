@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from runner_helpers import compose_run, records, run, served
-from test_judge import GOOD
+from runner_helpers import GOOD_JUDGEMENT, compose_run, records, run, served
 
 from apm.cli.judge import judge_backbone
 from apm.cli.judge import main as judge_main
@@ -83,7 +82,7 @@ def cell(out: Path, table: str, column: str) -> tuple[float, str]:
 
 def test_a_failed_judgement_is_unjudged_never_a_zero_and_is_asked_again(run_dir, monkeypatch, tmp_path, capsys):
     n = gated(run_dir)
-    good = GOOD.replace('"score": 4', '"score": 2')
+    good = GOOD_JUDGEMENT.replace('"score": 4', '"score": 2')
     fenced = f"```json\n{good}\n```"
     with served(reply=fenced) as srv:
         first = judge_once(judge_at(srv.base_url, monkeypatch), run_dir, invalid_retries=1)
@@ -125,7 +124,7 @@ def _edit_first(run_dir: Path, edit) -> str:
 @pytest.mark.parametrize("field", ["score", "response_sha256"])
 def test_an_edited_judgement_is_never_used_and_is_judged_again(run_dir, monkeypatch, field):
     n = gated(run_dir)
-    with served(reply=GOOD) as srv:
+    with served(reply=GOOD_JUDGEMENT) as srv:
         assert judge_once(judge_at(srv.base_url, monkeypatch), run_dir).judged == n
         key = _edit_first(run_dir, lambda line: line.update(
             {field: 1 if field == "score" else "0" * 64}))
@@ -142,7 +141,7 @@ def test_an_edited_judgement_is_never_used_and_is_judged_again(run_dir, monkeypa
 
 def test_a_judge_reply_over_the_cap_is_a_judge_failure(run_dir, monkeypatch):
     n = gated(run_dir)
-    huge = json.dumps({**json.loads(GOOD), "justification": "x" * 8_000_000})
+    huge = json.dumps({**json.loads(GOOD_JUDGEMENT), "justification": "x" * 8_000_000})
     with served(reply=huge, chunks=64) as srv:
         stats = judge_once(judge_at(srv.base_url, monkeypatch), run_dir, invalid_retries=0)
     assert stats.failed == n and stats.judged == 0
@@ -153,7 +152,7 @@ def test_a_judge_reply_over_the_cap_is_a_judge_failure(run_dir, monkeypatch):
 
 def test_two_apm_judge_at_once_judge_each_probe_once(run_dir, monkeypatch):
     monkeypatch.setenv("APM_JUDGE_KEY", KEY)
-    with served(reply=GOOD, latency_s=0.2) as srv:
+    with served(reply=GOOD_JUDGEMENT, latency_s=0.2) as srv:
         command = [sys.executable, "-m", "apm.cli.judge", str(run_dir), "judge=deepseek_v4_flash",
                    f"judge.base_url={srv.base_url}", "judge.api_key_env=APM_JUDGE_KEY"]
         both = [subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True) for _ in range(2)]

@@ -27,7 +27,6 @@ def test_outside_plugins_run_with_storage_and_causality(tmp_path, monkeypatch):
         stored = state_bytes(run_dir / "memory_state" / tid)
         assert stored == max(m["bytes"] for m in memory_records(run_dir) if m["trajectory_id"] == tid) > 0
 
-    ShownFrames.seen.clear()
     run(compose_run(tiny, tmp_path / "runs2", tmp_path / "cache",
                     [search, "memory=keyframes", "backbone=oracle", "backbone.max_frames=1024",
                      "backbone._target_=runner_helpers.ShownFrames", "dataset.tasks=[ER]"]))

@@ -15,13 +15,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from runner_helpers import ShownFrames, compose_run, records, run, served
-from test_independent_instances import (  # noqa: F401  (the same checks, on this module's `shown`)
-    test_a_prm_probe_still_hears_its_own_earlier_session_registration,
-    test_an_mcqa_request_carries_no_registration_or_question_of_another_candidate,
-    test_no_request_carries_another_candidates_turns,
-)
-from test_select import shown as pixel_second
+from runner_helpers import ShownFrames, compose_run, pixel_second, records, run, served
 from tiny_vlm import CONF
 from vllm_fixtures import run_offline
 
@@ -31,11 +25,10 @@ from apm.backbones.hf import to_chat_inputs
 from apm.backbones.openai_api import OpenAIBackbone, engine_of
 from apm.backbones.vllm_offline import multi_modal_uuids
 from apm.backbones.vllm_server import VLLMServerBackbone
-from apm.data.instances import Instance, candidate_instances, release_instances
+from apm.data.instances import Instance, release_instances
 from apm.data.model import Release
 from apm.data.release import load_release
 from apm.memory.video import RawVideo
-from apm.prompts import turn_text
 from apm.runner.config import FrameLayout, config_hash
 from apm.runner.context import Prepared, prepare, prompt_digest
 from apm.synth import generate
@@ -212,22 +205,19 @@ def test_a_data_parallel_server_gets_each_trajectory_on_one_engine(world) -> Non
 
 @pytest.fixture(scope="module")
 def shown(world, tmp_path_factory):
-    """Every request of a raw-video run laid out ``session_stable``, and each candidate's turns (the
-    independence checks of tests/test_independent_instances.py run on it)."""
-    root, release, _, _ = world
+    """Every request of a raw-video run laid out ``session_stable`` (tests/test_independent_instances.py
+    checks their independence under this layout too)."""
+    root, _, _, _ = world
     out = tmp_path_factory.mktemp("runs")
-    ShownFrames.seen.clear()
     run_dir = run(compose_run(root, out, out / "cache", [
         "memory=raw_video", "backbone=oracle", "backbone.max_frames=16", "frames.layout=session_stable",
         "backbone._target_=runner_helpers.ShownFrames"]))
-    said = {c.candidate_id: {turn_text(t, i) for i in candidate_instances(c, release.trajectory(c.trajectory_id))
-                             for t in i.turns if t.kind != "interval_marker"} for c in release.candidates}
     assert all(len(r["frames"]) <= 16 for r in records(run_dir))
-    return dict(ShownFrames.seen), said
+    return dict(ShownFrames.seen)
 
 
 def test_a_session_stable_run_shows_only_causal_pixels(shown) -> None:
-    requests, _ = shown
+    requests = shown
     stills = 0
     for request in requests.values():
         inst = request.instance

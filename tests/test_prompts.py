@@ -7,10 +7,12 @@ import re
 import pytest
 from release_builder import base_release, write_release
 
-from apm.data.instances import release_instances
+from apm.data import clock
+from apm.data.instances import Turn, release_instances
 from apm.data.release import load_release
-from apm.prompts import probe_prompt, template
-from apm.prompts.render import summary_prompts, turn_text
+from apm.prompts import probe_prompt, read_fields, read_probe, render, said_text, template
+from apm.prompts.layout import CURRENT, CURRENT_END, CURRENT_TIME, HEADER, SAID
+from apm.prompts.render import PROBE_TEMPLATES, fill, summary_prompts, turn_text
 
 
 def _squash(text: str) -> str:
@@ -65,3 +67,64 @@ def test_stu_uses_its_own_guidance(instances):
     stu = type(er)(**{**er.__dict__, "task": "STU"})
     assert "camera wearer’s egocentric viewpoint" in probe_prompt(stu)
     assert "egocentric viewpoint" not in probe_prompt(er)
+
+
+FILLED = ["mcqa", "mcqa_stu", "ea", "era_question", "interval_marker", "mpa_interval", "prm_interval", "tpg_interval",
+          "summary_request"]
+"""Every template with fields (the others are sent as they are)."""
+
+
+def _fields(name: str) -> dict[str, str]:
+    """A value per field of ``name``, each distinct and full of regex metacharacters."""
+    return {f: f"{f.lower()} (a+b)? [x] *{i}" for i, f in enumerate(re.findall(r"<([A-Z][A-Z_ ]*)>", template(name)))}
+
+
+@pytest.mark.parametrize("name", FILLED)
+def test_every_template_reads_back_what_it_was_filled_with(name):
+    fields = _fields(name)
+    text = f"before\n\n{fill(name, fields)}"
+    assert read_fields(name, text) == fields
+    assert all(read_fields(other, text) is None for other in FILLED if other != name)
+
+
+@pytest.mark.parametrize("name", PROBE_TEMPLATES)
+def test_a_request_s_last_part_reads_back_as_its_probe(name):
+    """The probe closes the request's last part, after what the user said and the current time."""
+    fields = _fields(name) if name in FILLED else {}
+    question = fill("era_question", _fields("era_question"))
+    said = [Turn(time=clock.absolute("DAY1", "08:00:00"), kind="question", text=question)]
+    text = said_text(said, f"{CURRENT_TIME.write(now='DAY1 08:00:09')}\n\n{fill(name, fields)}")
+    assert read_probe(text) == (name, fields)
+    assert read_fields("era_question", text) == _fields("era_question")  # the ERA question, among the turns
+    assert read_probe(f"{text}\n\nsomething after the probe") is None
+
+
+def test_every_instance_s_probe_reads_back_as_its_task_s_template(instances):
+    by_key, _ = instances
+    assert {i.task for i in by_key.values()} >= {"ER", "EA", "ERA", "RCR", "MPA", "PRM", "TPG"}
+    for instance in by_key.values():
+        name, fields = read_probe(probe_prompt(instance))
+        assert name == render._PROBE_TEMPLATE.get(instance.task, "mcqa")
+        assert fill(name, fields) == probe_prompt(instance)  # read back whole: filled again, the same text
+
+
+@pytest.mark.parametrize("marker", [HEADER, CURRENT_TIME, SAID])
+def test_the_request_s_markers_read_back(marker):
+    values = {"kind": CURRENT, "key": "DAY1/S001", "start": "DAY1 08:00:00", "end": CURRENT_END,
+              "now": "DAY1 08:00:09", "at": "DAY1 08:00:03", "text": "put the mug (red) on the tray"}
+    mine = {name: values[name] for name in marker.fields}
+    found = marker.pattern(line=True).search(f"x\n{marker.write(**mine)}\ny")
+    assert found is not None and found.groupdict() == mine
+
+
+def test_a_reworded_template_is_still_read(monkeypatch):
+    """The reader is the template: rewording one moves its parse-back with it."""
+    original = render.template
+    monkeypatch.setattr(render, "template", lambda name: original(name).replace("Choices:", "Options:"))
+    render._body.cache_clear()
+    try:
+        fields = _fields("mcqa")
+        assert "Options:" in fill("mcqa", fields)
+        assert read_probe(fill("mcqa", fields)) == ("mcqa", fields)
+    finally:
+        render._body.cache_clear()

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from runner_helpers import ShownFrames, compose_run, records, run
+from runner_helpers import ShownFrames, compose_run, records, run, take
 from tiny_vlm import CONF
 
 from apm.backbones.base import FramePart, Message, Request, TextPart
@@ -44,11 +44,10 @@ def run_of(root, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
 
     def shown(memory: str) -> tuple[dict[str, Request], dict[str, dict]]:
-        ShownFrames.seen.clear()
         run_dir = run(compose_run(root, out / memory, out / "cache", [
             f"memory={memory}", "backbone=oracle", "backbone.max_frames=24",
             "backbone._target_=runner_helpers.ShownFrames"]))
-        return dict(ShownFrames.seen), {r["key"]: r for r in records(run_dir)}
+        return take(ShownFrames.seen), {r["key"]: r for r in records(run_dir)}
 
     return shown
 
@@ -239,12 +238,12 @@ def test_a_request_fits_the_presets_video_limit_however_long_the_trajectory(tmp_
               for name in ("qwen3_vl_8b", "qwen3_8_27b", "internvl3_5_8b", "videollama3_7b")}
     server = engines()["vllm_server"]
     for memory in ("raw_video", "text_summary"):
-        ShownFrames.seen.clear()
         run(compose_run(long, tmp_path / memory, tmp_path / "cache", [
             f"memory={memory}", "backbone=oracle", "backbone.max_frames=64",
             "backbone._target_=runner_helpers.ShownFrames"]))
-        assert len(ShownFrames.seen) > 20
-        for key, request in ShownFrames.seen.items():
+        shown = take(ShownFrames.seen)
+        assert len(shown) > 20
+        for key, request in shown.items():
             content = [p for m in server.payload(request)["messages"] if isinstance(m["content"], list)
                        for p in m["content"]]
             videos = sum(p["type"] == "video_url" for p in content)

@@ -44,9 +44,9 @@ def test_apm_run_with_a_launched_vllm_server(vllm_python, tmp_path, monkeypatch)
     (log,) = (run_dir / "jobs" / "shard-0-of-1").glob("vllm-server-*.log")
     assert log.stat().st_size > 0
     port = _port_from_log(log)
-    if port:
-        with socket.socket() as s:
-            assert s.connect_ex(("127.0.0.1", port)) != 0  # the server is gone after the run
+    assert port, f"no port in {log}"
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0  # the server is gone after the run
 
 
 def _port_from_log(log) -> int | None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from runner_helpers import pixel_second
 
-from apm.data.frames import Frame
 from apm.data.instances import Instance, release_instances
 from apm.data.model import Release
 from apm.data.release import load_release
 from apm.synth import generate
 from apm.video.cache import FrameCache
-from apm.video.pixelcode import read_code
 from apm.video.select import (
     CausalityError,
     Span,
@@ -30,11 +29,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Release, list[Insta
     root = tmp_path_factory.mktemp("synth")
     release = load_release(generate(root / "rel", seed=0, scale="tiny"))
     return release, release_instances(release), FrameCache(root / "cache")
-
-
-def shown(frame: Frame) -> int | None:
-    """The wall-clock second the frame's pixels show."""
-    return read_code(frame.pixels())
 
 
 @pytest.mark.parametrize(("n", "k"), [(10, 3), (1000, 1024), (5000, 1024), (7, 1), (7, 2), (128, 127), (3, 0)])
@@ -55,7 +49,7 @@ def test_no_frame_after_the_probe_on_pixels(world: tuple[Release, list[Instance]
             raw_video_frames(cache, traj, inst, max_frames=12),
             prefix_frames(cache, traj, inst, max_frames=6),
         ):
-            seconds = [shown(f) for f in frames]
+            seconds = [pixel_second(f) for f in frames]
             assert seconds == [f.wall_clock for f in frames], inst.key
             assert max(seconds) == inst.probe_time, inst.key  # inclusive of the probe second, never after
             assert {f.session for f in frames} <= set(inst.visible_sessions)
@@ -68,7 +62,7 @@ def test_simplestream_sees_exactly_the_four_latest_seconds(world: tuple[Release,
         traj = release.trajectory(inst.trajectory_id)
         frames = recent_frames(cache, traj, inst)
         expected = list(range(max(traj.session(inst.session).start, inst.probe_time - 3), inst.probe_time + 1))
-        assert [shown(f) for f in frames] == expected, inst.key
+        assert [pixel_second(f) for f in frames] == expected, inst.key
         assert {f.session for f in frames} == {inst.session}
 
 
@@ -130,4 +124,4 @@ def test_overlapping_spans_count_each_second_once(world: tuple[Release, list[Ins
     frames = select_frames(
         cache, traj, inst, [Span(inst.session, start, start + 5), Span(inst.session, start + 3, start + 8)]
     )
-    assert [shown(f) for f in frames] == list(range(start, start + 9))
+    assert [pixel_second(f) for f in frames] == list(range(start, start + 9))

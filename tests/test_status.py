@@ -75,10 +75,14 @@ def test_status_from_records_and_ledger_alone(sweep, monkeypatch):
 
 
 def test_status_asks_the_scheduler_when_there_is_one(sweep, monkeypatch):
-    monkeypatch.setattr(scheduler, "states", lambda ids: {"7_0": "COMPLETED", "7_1": "RUNNING", "7_2": "CANCELLED"})
+    asked: list[str] = []
+    said = {"7_0": "COMPLETED", "7_1": "PENDING", "7_2": "CANCELLED"}
+    monkeypatch.setattr(scheduler, "states", lambda ids: asked.extend(ids) or said)
     rows = by_shard(sweep)
-    assert [rows[f"shard-{i}-of-3"].state for i in range(3)] == ["done with errors", "running", "cancelled"]
-    assert rows["shard-2-of-3"].failed
+    assert sorted(asked) == sorted(said)  # every shard's last job, asked about
+    # the scheduler's word over the ledger's (which says running and died): a finished shard stays done
+    assert [rows[f"shard-{i}-of-3"].state for i in range(3)] == ["done with errors", "pending", "cancelled"]
+    assert rows["shard-2-of-3"].failed and not rows["shard-1-of-3"].failed
 
 
 def test_cli_table_json_and_exit_code(sweep, monkeypatch, capsys):

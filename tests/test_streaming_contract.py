@@ -11,13 +11,22 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from runner_helpers import compose_run, memory_records, records, run
+from runner_helpers import (
+    assert_storage_is_on_disk,
+    compose_run,
+    memory_records,
+    records,
+    release_instance_count,
+    release_sessions,
+    run,
+    take,
+)
 from streaming_spies import PixelSpy
 
 from apm.data.frames import Frame
 from apm.data.instances import release_instances
 from apm.data.release import load_release
-from apm.memory.base import History, Note, state_bytes
+from apm.memory.base import History, Note
 from apm.runner.online import session_frames
 from apm.runner.streaming import compose_request
 from apm.synth import generate
@@ -38,18 +47,8 @@ def tiny(tmp_path_factory) -> Path:
 def spied(tiny, tmp_path_factory) -> tuple[Path, dict, dict]:
     """One uninterrupted spy run over every instance of the release, and what the spy saw."""
     root = tmp_path_factory.mktemp("spy")
-    PixelSpy.ANSWERED.clear()
-    PixelSpy.FED.clear()
     run_dir = run(compose_run(tiny, root / "runs", root / "cache", SPY))
     return run_dir, dict(PixelSpy.ANSWERED), {k: list(v) for k, v in PixelSpy.FED.items()}
-
-
-def assert_storage_is_on_disk(run_dir: Path) -> None:
-    """Each trajectory's state folder holds the bytes its last memory line measured, and some."""
-    lines = memory_records(run_dir)
-    for tid in {m["trajectory_id"] for m in lines}:
-        last = max((m for m in lines if m["trajectory_id"] == tid), key=lambda m: m["session_index"])
-        assert state_bytes(run_dir / "memory_state" / tid) == last["bytes"] > 0
 
 
 def _outputs(run_dir: Path) -> dict[str, str]:
@@ -77,7 +76,7 @@ def test_nothing_after_the_probe_is_observed_before_the_answer_on_pixels(tiny, s
                 assert session.duration <= len(one) <= session.duration + 1
 
 
-def test_streaming_records_carry_the_update_latency_and_validate(spied):
+def test_streaming_records_carry_the_update_latency_and_validate(tiny, spied):
     run_dir, _, _ = spied
     schema = json.loads(resources.files("apm.records").joinpath("schemas", "record.schema.json").read_text())
     recs = records(run_dir)
@@ -89,7 +88,8 @@ def test_streaming_records_carry_the_update_latency_and_validate(spied):
         assert r["run"]["capabilities"] == {"streaming": True, "persistent": True}
         assert r["output"].startswith("state ")
     lines = memory_records(run_dir)
-    assert len(lines) == 12 and all(m["observed"] > 0 and m["observe_s"] > 0 and m["error"] is None for m in lines)
+    assert len(lines) == release_sessions(tiny)
+    assert all(m["observed"] > 0 and m["observe_s"] > 0 and m["error"] is None for m in lines)
     assert_storage_is_on_disk(run_dir)
 
 
@@ -107,12 +107,12 @@ def test_lost_records_are_redone_by_replaying_their_session(tiny, spied, tmp_pat
     clean = _outputs(spied[0])
     cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", SPY)
     run_dir = run(cfg)
+    assert set(take(PixelSpy.ANSWERED)) == set(clean)  # the first run asked everything
     (path,) = (run_dir / "records").glob("*.jsonl")
     lines = path.read_text().splitlines(keepends=True)
     lost = [json.loads(x)["key"] for x in lines[40::3]]
     path.write_text("".join(lines[:40] + [x for i, x in enumerate(lines[40:]) if i % 3]))
     before = len(memory_records(run_dir))
-    PixelSpy.ANSWERED.clear()
     run(cfg)
     assert set(PixelSpy.ANSWERED) == set(lost)  # only what was lost is asked again
     assert _outputs(run_dir) == clean
@@ -175,10 +175,9 @@ def test_a_session_whose_video_cannot_be_decoded_records_why_and_the_run_goes_on
         return session_frames(cache, session, limit)
 
     monkeypatch.setattr(replay, "session_frames", broken)
-    PixelSpy.ANSWERED.clear()
     recs = records(run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", SPY)))
     failed = [r for r in recs if r["error"]]
     assert failed and {(r["day_id"], r["session_id"]) for r in failed} == {("DAY1", "S002")}
     assert all("cannot decode video at 3.000s: corrupt packet" in r["error"] for r in failed)
     assert not {r["key"] for r in failed} & set(PixelSpy.ANSWERED)  # never asked without its video
-    assert len(recs) == 150
+    assert len(recs) == release_instance_count(tiny)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_streaming_systems import first_trajectory
+from runner_helpers import first_trajectory
 
 from apm.reduce.figures import radar_figure, tradeoff_figure
 from apm.reduce.scores import read_scores

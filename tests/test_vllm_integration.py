@@ -7,7 +7,6 @@ unset, unless ``APM_REQUIRE_VLLM=1`` (CI), which turns the skip into a failure.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from runner_helpers import process_gone
 from tiny_vlm import CONF, frames_request, make_frames
 from vllm_fixtures import run_offline
 
@@ -110,23 +110,11 @@ def test_offline_engine_matches_hf(
         )
 
 
-def _group_gone(pgid: int, within_s: float) -> bool:
-    """Whether process group ``pgid`` empties within ``within_s`` (orphans are reaped by init)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_close_stops_the_server(server: VLLMServerBackbone, loop: asyncio.Runner) -> None:
     """Runs last: the process group is gone and nothing listens on the port afterwards."""
     pid, host, port = server.process.proc.pid, server.host, int(server.base_url.rsplit(":", 1)[1].split("/")[0])
     loop.run(server.close())
-    assert _group_gone(pid, within_s=10.0)
+    assert process_gone(pid, within_s=10.0, group=True)
     with pytest.raises(ConnectionRefusedError), socket.create_connection((host, port), timeout=2):
         pass
     with socket.socket() as s:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from runner_helpers import process_gone
 
 from apm.backbones import Message, Request
 from apm.backbones.vllm_server import VLLMServerBackbone
@@ -26,18 +26,6 @@ def fake(tmp_path: Path, *args: str, **kw) -> VLLMServerBackbone:
         model="/models/tiny", name="Tiny VLM", python=sys.executable, command=FAKE + list(args),
         log_dir=str(tmp_path), **kw,
     )
-
-
-def gone(pid: int, within: float = 5.0) -> bool:
-    """True once no process has ``pid`` (zombies reaped by us count as gone)."""
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_argv_carries_the_engine_settings(monkeypatch: pytest.MonkeyPatch):
@@ -66,7 +54,7 @@ def test_launch_wait_serve_log_and_stop(tmp_path: Path):
             return b.process.proc.pid, b.base_url
 
     pid, url = asyncio.run(main())
-    assert gone(pid) and b.process.proc is None
+    assert process_gone(pid) and b.process.proc is None
     log = (tmp_path / "vllm-server-Tiny_VLM.log").read_text()
     assert f"PORT {url.split(':')[-1].split('/')[0]}" in log
 
@@ -82,7 +70,7 @@ def test_server_stopped_when_the_job_raises(tmp_path: Path):
     box: list[int] = []
     with pytest.raises(KeyError):
         asyncio.run(main())
-    assert gone(box[0])
+    assert process_gone(box[0])
 
 
 def test_a_server_that_dies_at_startup_is_reported_with_its_log(tmp_path: Path):
@@ -153,7 +141,7 @@ def test_signals_stop_the_server_then_chain(tmp_path: Path, mode: str, sig: int,
         server = int(line.split()[1])
         proc.send_signal(sig)
         assert proc.wait(10) == code
-        assert gone(server)
+        assert process_gone(server)
         if mode == "chain":
             assert "previous handler ran" in proc.stdout.read()
     finally:

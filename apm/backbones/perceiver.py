@@ -29,6 +29,7 @@ from apm.backbones.base import Backbone, Request, Response, TextPart
 from apm.backbones.baselines import Answer, intervene, silent
 from apm.data import clock
 from apm.data.frames import Frame
+from apm.prompts import layout, read_fields, read_probe, template
 from apm.records.declaration import Declaration
 from apm.synth.render import read_scene, read_sign
 from apm.synth.world import ACTIONS, PACKING, TRAY_SLOTS, WORDS, ZONE_PLACES, ZONE_RELATIVE, ZONES
@@ -39,19 +40,12 @@ CHARS_PER_TOKEN = 4
 """The writer's budget: ``max_tokens`` × this many characters of memory (the context guard's estimate)."""
 SESSION_ENDS = "session ends"
 
-_LABEL = r"DAY\d+ \d\d:\d\d:\d\d"
-_HEADER = re.compile(rf"^\[(Video of earlier session|Current session|Memory of session) \S+, ({_LABEL}) to "
-                     r"(\d\d:\d\d:\d\d|now)\]$", re.M)
-"""A session header; the current session's ends at ``now`` (the current time)."""
-_NOW = re.compile(rf"\[Current time: ({_LABEL})\]")
-_SAID = re.compile(rf"^\[({_LABEL})\] User: (.*)$", re.M)
-_NOTE = re.compile(rf"^({_LABEL}): (.*)$")
+_NOTE = re.compile(rf"^({layout.LABEL}): (.*)$")
+"""A line of a note as :func:`note_lines` writes it (the perceiver's own memory, not a template)."""
 _USER = "user said: "
-_OPTION = re.compile(r"^([A-E])\. (.+)$", re.M)
-_QUESTION = re.compile(r"Question:\s+(.+?)\s+Choices:", re.S)
-_WINDOW = re.compile(rf"\[({_LABEL}), ({_LABEL})\)")
-_WRITER_DAY = re.compile(r"- day: (DAY\d+)")
-_WRITER_SPAN = re.compile(r"- wall-clock interval: \[(\d\d:\d\d:\d\d), (\d\d:\d\d:\d\d)\)")
+_HEADER = layout.HEADER.pattern(line=True)
+_SAID = layout.SAID.pattern(line=True)
+_NOW = layout.CURRENT_TIME.pattern()
 _REMINDER = re.compile(r"(When|Next time) the (.+?) is on (the .+?), remind me to (.+?)\.$")
 _PLACE_ZONE = {place: zone for zone, place in ZONE_PLACES.items()}
 
@@ -192,6 +186,10 @@ class Shown:
     now: int | None
     text: str
     """The request's last text part: what the user said, the current time and the probe."""
+    probe: str | None
+    """The probe's template (:data:`apm.prompts.render.PROBE_TEMPLATES`), None when the text ends with none."""
+    fields: dict[str, str]
+    """The probe's template fields (``QUESTION``, ``OPTION A``, ``START_TIME`` …)."""
 
     def at(self, second: int | None) -> Seen | None:
         """The scene shown at ``second``, if one was."""
@@ -207,9 +205,9 @@ def _texts(request: Request) -> list[str]:
 
 
 def _notes(text: str) -> list[str]:
-    """The text memories under their ``[Memory of session …]`` headers."""
-    chunks = re.split(r"^\[Memory of session [^\]]*\]$", text, flags=re.M)
-    return chunks[1:]
+    """The text under each memory header, up to the next one."""
+    starts = [m for m in _HEADER.finditer(text) if m["kind"] == layout.MEMORY]
+    return [text[m.end():n.start() if n else None] for m, n in zip(starts, [*starts[1:], None])]
 
 
 def shown(request: Request) -> Shown:
@@ -224,16 +222,18 @@ def shown(request: Request) -> Shown:
         said += kept
     seen.update({s.second: s for s in map(perceive, request.frames) if s is not None})
     stated = _NOW.search(whole)
-    now = _abs(stated.group(1)) if stated else None
+    now = _abs(stated["now"]) if stated else None
     sessions, current = {}, 0
-    for kind, start, end in _HEADER.findall(whole):
-        first = _abs(start)
-        if end != "now":
+    for header in _HEADER.finditer(whole):
+        first, end = _abs(header["start"]), header["end"]
+        if end != layout.CURRENT_END:
             sessions[first] = first - first % clock.SECONDS_PER_DAY + clock.parse_hms(end)
         elif now is not None:
             sessions[first] = now
-        current = first if kind == "Current session" else current
-    return Shown(seen, tuple(sorted(said)), sessions, current, now, texts[-1] if texts else "")
+        current = first if header["kind"] == layout.CURRENT else current
+    text = texts[-1] if texts else ""
+    probe, fields = read_probe(text) or (None, {})
+    return Shown(seen, tuple(sorted(said)), sessions, current, now, text, probe, fields)
 
 
 # ---- multiple choice -------------------------------------------------------------------------------
@@ -313,15 +313,18 @@ def _choice(question: str, options: dict[str, str], s: Shown) -> str | None:
     return None
 
 
-def _multiple_choice(s: Shown, ea: bool) -> Answer:
+def _options(fields: dict[str, str] | None) -> dict[str, str]:
+    """Letter → text of a template's ``OPTION <letter>`` fields."""
+    return {k.removeprefix("OPTION "): v for k, v in (fields or {}).items() if k.startswith("OPTION ")}
+
+
+def _multiple_choice(s: Shown) -> Answer:
     """An MCQA or EA answer: the supported option, else a guess (MCQA) or E (EA)."""
-    m = _QUESTION.search(s.text)
-    question = m.group(1) if m else ""
-    options = dict(_OPTION.findall(s.text))
+    question, options = s.fields.get("QUESTION", ""), _options(s.fields)
     letter = _choice(question, options, s)
     if letter is not None:
         return {"answer": letter, "reason": f"shown: {options[letter]}"}
-    if ea:
+    if s.probe == "ea":
         return {"answer": "E", "reason": "the evidence is not in what I was shown"}
     digest = hashlib.sha256(question.encode()).digest()
     return {"answer": "ABCD"[digest[0] % 4], "reason": f"the evidence is not in what I was shown {GUESS}"}
@@ -332,14 +335,15 @@ def _multiple_choice(s: Shown, ea: bool) -> Answer:
 
 def _window(s: Shown) -> tuple[int, int]:
     """The probed interval ``[start, end]`` (the probe text's, else just the current second)."""
-    m = _WINDOW.search(s.text)
     now = s.now or 0
-    return (_abs(m.group(1)), _abs(m.group(2))) if m else (now, now)
+    if "START_TIME" not in s.fields:
+        return now, now
+    return _abs(s.fields["START_TIME"]), _abs(s.fields["END_TIME"])
 
 
 def _first_sign(s: Shown) -> Answer:
     """ERA: the word of the first sign of this session, once one is up."""
-    options = dict(_OPTION.findall(s.text))
+    options = _options(read_fields("era_question", s.text))  # asked at the session start, among the turns
     up = [x for t, x in sorted(s.seen.items()) if t >= s.current_start and x.sign]
     letter = _letter(options, up[0].sign) if up else None
     if letter is None:
@@ -415,29 +419,23 @@ def _tpg(s: Shown) -> Answer:
     return intervene("TPG", "packing the tray again", proactive_response=f"You're packing the tray again.{last}")
 
 
-PROBES: tuple[tuple[str, Callable[[Shown], Answer]], ...] = (
-    ('"decision":"INTERVENE","answer"', _first_sign),
-    ("registered reminder obligation is visually triggered during this interval", _prm),
-    ("reminder obligation previously registered", _rcr),
-    ("ongoing longer-term task", _tpg),
-    ("earlier experiences", _mpa),
-)
-"""Each adaptive probe (Appendix E.3), by a phrase of its prompt, with how it is answered."""
+PROBES: dict[str, Callable[[Shown], Answer]] = {
+    "era_probe": _first_sign, "prm_interval": _prm, "rcr_probe": _rcr, "tpg_interval": _tpg, "mpa_interval": _mpa,
+}
+"""Each adaptive probe (Appendix E.3), by its template, with how it is answered."""
 
 
 def answer(s: Shown) -> Answer:
-    """The Appendix E answer object to a probe, from what the request shows."""
-    for phrase, probe in PROBES:
-        if phrase in s.text:
-            return probe(s)
-    return _multiple_choice(s, ea='"answer":"A|B|C|D|E"' in s.text)
+    """The Appendix E answer object to a probe, from what the request shows (any other probe is
+    multiple choice)."""
+    return PROBES.get(s.probe or "", _multiple_choice)(s)
 
 
 def summary(request: Request) -> dict[str, str]:
     """The E.5 memory of a session: its note lines, within the writer's token budget."""
     s = shown(request)
-    day, span = _WRITER_DAY.search(s.text), _WRITER_SPAN.search(s.text)
-    end = clock.absolute(day.group(1), span.group(2)) if day and span else max(s.seen, default=0) + 1
+    session = read_fields("summary_request", s.text)
+    end = clock.absolute(session["DAY_ID"], session["END_TIME"]) if session else max(s.seen, default=0) + 1
     reminders = [(t, text) for t, text in s.said if _REMINDER.search(text)]
     lines = note_lines([x for _, x in sorted(s.seen.items())], reminders, end)
     return {"memory": within_budget(lines, request.settings.max_tokens * CHARS_PER_TOKEN)}
@@ -456,7 +454,7 @@ class PixelPerceiver(Backbone):
 
     async def generate(self, request: Request) -> Response:
         began = time.perf_counter()
-        writing = any('{"memory":' in t for t in _texts(request))
+        writing = template("summary_writer") in _texts(request)
         reply = summary(request) if writing else answer(shown(request))
         took = time.perf_counter() - began
         text = json.dumps(reply, ensure_ascii=False, separators=(",", ":"))

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apm.backbones.base import GenerationSettings, Message, Request, TextPart
+from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart
 from apm.data.instances import Instance
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, Note, SessionView, prior_sessions
-from apm.prompts import probe_prompt, stream_parts, summary_prompts, turn_text
+from apm.prompts import probe_prompt, said_text, summary_prompts, turn_text
 from apm.prompts.parse import json_object
 from apm.records.atomic import write_atomically
 from apm.records.declaration import Declaration
@@ -49,7 +49,7 @@ class TextSummary(MemoryProtocol):
     async def end_session(self, view: SessionView, state_dir: Path, writer) -> dict:
         instruction, request_text = summary_prompts(view.session)
         parts: list = [TextPart(instruction)]
-        parts += stream_parts(view.frames, view.interactions, request_text)
+        parts += [*map(FramePart, view.frames), TextPart(said_text(view.interactions, request_text))]
         request = Request(
             messages=(Message("user", tuple(parts)),),
             settings=GenerationSettings(max_tokens=self.max_tokens, json_output=True),

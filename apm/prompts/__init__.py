@@ -3,7 +3,9 @@
 from apm.prompts.render import (
     PROMPT_VERSION,
     probe_prompt,
-    stream_parts,
+    read_fields,
+    read_probe,
+    said_text,
     summary_prompts,
     system_prompt,
     template,
@@ -11,5 +13,6 @@ from apm.prompts.render import (
 )
 
 __all__ = [
-    "PROMPT_VERSION", "probe_prompt", "stream_parts", "summary_prompts", "system_prompt", "template", "turn_text",
+    "PROMPT_VERSION", "probe_prompt", "read_fields", "read_probe", "said_text", "summary_prompts", "system_prompt",
+    "template", "turn_text",
 ]

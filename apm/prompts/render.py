@@ -16,11 +16,11 @@ from importlib.resources.abc import Traversable
 from apm.backbones.base import FramePart, Part, TextPart
 from apm.data import clock
 from apm.data.digest import files_digest
-from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session
+from apm.prompts.layout import SAID
 
-_FIELD = re.compile(r"<[A-Z][A-Z_ ]*>")
+_FIELD = re.compile(r"<([A-Z][A-Z_ ]*)>")
 
 TEMPLATES = resources.files("apm.prompts").joinpath("templates")
 
@@ -55,10 +55,43 @@ def fill(name: str, fields: Mapping[str, str]) -> str:
     text = template(name)
     for key, value in fields.items():
         text = text.replace(f"<{key}>", value)
-    left = _FIELD.findall(text)
+    left = [m[0] for m in _FIELD.finditer(text)]
     if left:
         raise ValueError(f"template {name}: unfilled fields {left}")
     return text
+
+
+def _group(field: str) -> str:
+    return field.replace(" ", "_")
+
+
+@cache
+def _body(name: str) -> str:
+    """The regex of template ``name`` filled: its text escaped, each field a named group (a field
+    that closes the template runs to its line's end)."""
+    pieces = _FIELD.split(template(name))  # literal, field, literal, …, literal
+    out = [re.escape(p) if i % 2 == 0 else f"(?P<{_group(p)}>.*?)" for i, p in enumerate(pieces)]
+    return "".join(out) + "$"
+
+
+def read_fields(name: str, text: str) -> dict[str, str] | None:
+    """The fields of template ``name`` as :func:`fill` wrote it somewhere in ``text`` (None: not there)."""
+    m = re.search(_body(name), text, re.S | re.M)
+    return {f: m[_group(f)] for f in _FIELD.findall(template(name))} if m else None
+
+
+PROBE_TEMPLATES = ("mcqa", *dict.fromkeys(_PROBE_TEMPLATE.values()))
+"""Every template :func:`probe_prompt` may send."""
+
+
+def read_probe(text: str) -> tuple[str, dict[str, str]] | None:
+    """Which probe template ``text`` ends with (a request's last text part ends with its probe), and
+    its fields; None when it ends with none."""
+    for name in PROBE_TEMPLATES:
+        m = re.search(rf"{_body(name)}\Z", text, re.S | re.M)
+        if m:
+            return name, {f: m[_group(f)] for f in _FIELD.findall(template(name))}
+    return None
 
 
 def _question_fields(fields: Mapping) -> dict[str, str]:
@@ -110,14 +143,8 @@ def summary_prompts(session: Session) -> tuple[str, str]:
     return template("summary_writer"), request
 
 
-def _said(turns: Sequence[Turn]) -> list[str]:
-    """What the user said, one ``[DAYn HH:MM:SS] User: …`` line per turn, in time order."""
-    return [f"[{clock.label(t.time)}] User: {t.text}" for t in sorted(turns, key=lambda t: t.time)]
-
-
-def stream_parts(frames: Sequence[Frame], turns: Sequence[Turn], then: str) -> list[Part]:
-    """A stretch of the stream: its frames as one video segment, then one text part holding what the
-    user said during it and ``then``. One segment, so a request fits an engine's per-prompt video limit
-    and carries timing every engine can express (docs/prompts.md, "The request")."""
-    blocks = ["\n".join(_said(turns)), then] if turns else [then]
-    return [*(FramePart(f) for f in frames), TextPart("\n\n".join(blocks))]
+def said_text(turns: Sequence[Turn], then: str) -> str:
+    """The text part that follows a stretch of the stream's frames: what the user said during it, one
+    ``[DAYn HH:MM:SS] User: …`` line per turn in time order, then ``then`` (docs/prompts.md, "The request")."""
+    said = [SAID.write(at=clock.label(t.time), text=t.text) for t in sorted(turns, key=lambda t: t.time)]
+    return "\n\n".join(["\n".join(said), then] if turns else [then])

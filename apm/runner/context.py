@@ -21,7 +21,8 @@ from apm.data.frames import Frame
 from apm.data.instances import Instance
 from apm.data.model import Trajectory
 from apm.memory.base import History
-from apm.prompts import probe_prompt, stream_parts, system_prompt, turn_text
+from apm.prompts import probe_prompt, said_text, system_prompt, turn_text
+from apm.prompts.layout import CURRENT, CURRENT_END, CURRENT_TIME, EARLIER_VIDEO, HEADER, MEMORY, MEMORY_INTRO
 from apm.runner.config import FrameLayout
 from apm.video.cache import FrameCache
 from apm.video.select import prefix_spans, select_frames, session_stable_frames
@@ -37,15 +38,11 @@ class Prepared:
     hands it to a reference baseline)."""
 
 
-CURRENT_END = "now"
-"""How the current session's header ends: at the current time (stated as ``[Current time: …]``), never
-at the session's end, which lies after the probe; the same in every probe of a session (docs/prompts.md)."""
-
-
 def _session_header(trajectory: Trajectory, key: str, what: str, end: str | None = None) -> str:
     """``[<what> DAYn/Sxxx, DAYn HH:MM:SS to <end>]``: the session's start, and its end time (or ``end``)."""
     s = trajectory.session(key)
-    return f"[{what} {key}, {clock.label(s.start)} to {clock.split(s.end)[1] if end is None else end}]"
+    end = clock.split(s.end)[1] if end is None else end
+    return HEADER.write(kind=what, key=key, start=clock.label(s.start), end=end)
 
 
 def choose_frames(
@@ -71,9 +68,9 @@ def _memory_text(trajectory: Trajectory, history: History) -> list[str]:
     """The text memories of earlier sessions, each under its session's header."""
     if not history.notes:
         return []
-    lines = ["Persistent memory of completed sessions:"]
+    lines = [MEMORY_INTRO]
     for note in history.notes:
-        lines += [_session_header(trajectory, note.session.key, "Memory of session"), note.text]
+        lines += [_session_header(trajectory, note.session.key, MEMORY), note.text]
     return ["\n".join(lines)]
 
 
@@ -81,9 +78,8 @@ def _video_headers(trajectory: Trajectory, current: str, frames: list[Frame]) ->
     """One header per earlier session whose frames are shown, then the current session's: its start and
     "now" (:data:`CURRENT_END`), never its end."""
     shown = {f.session for f in frames} - {current}
-    earlier = [_session_header(trajectory, s.key, "Video of earlier session")
-               for s in trajectory.sessions if s.key in shown]
-    return "\n".join([*earlier, _session_header(trajectory, current, "Current session", CURRENT_END)])
+    earlier = [_session_header(trajectory, s.key, EARLIER_VIDEO) for s in trajectory.sessions if s.key in shown]
+    return "\n".join([*earlier, _session_header(trajectory, current, CURRENT, CURRENT_END)])
 
 
 def build_parts(trajectory: Trajectory, instance: Instance, history: History, frames: list[Frame],
@@ -99,9 +95,9 @@ def build_parts(trajectory: Trajectory, instance: Instance, history: History, fr
     headers = _video_headers(trajectory, current.key, [*frames, *stills])
     before = TextPart("\n\n".join([*_memory_text(trajectory, history), headers]))
     said_now = [replace(t, text=turn_text(t, instance)) for t in instance.turns if t.time >= current.start]
-    probe = f"[Current time: {instance.probe_label}]\n\n{probe_prompt(instance)}"
-    *video, said = stream_parts(frames, [*history.turns, *said_now], probe)
-    return [before, *video, *(FramePart(f, still=True) for f in stills), said]
+    probe = f"{CURRENT_TIME.write(now=instance.probe_label)}\n\n{probe_prompt(instance)}"
+    said = TextPart(said_text([*history.turns, *said_now], probe))
+    return [before, *map(FramePart, frames), *(FramePart(f, still=True) for f in stills), said]
 
 
 def prompt_digest(messages: tuple[Message, ...]) -> str:
