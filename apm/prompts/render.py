@@ -13,7 +13,6 @@ from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 
-from apm.backbones.base import FramePart, Part, TextPart
 from apm.data import clock
 from apm.data.digest import files_digest
 from apm.data.instances import Instance, Turn
