@@ -57,7 +57,7 @@ def test_run_dir_names_every_path_a_run_writes(sweep: Path) -> None:
     run = RunDir(runs_of(sweep)[0])
     trajectories = {json.loads(line)["trajectory_id"] for line in run.memory_file(SHARD).read_text().splitlines()}
     named = {run.config, run.records_file(SHARD), run.memory_file(SHARD), run.plan(SHARD), run.ledger(SHARD),
-             run.manifest(SHARD), run.shard_lock(SHARD), *(run.memory_state(t) for t in trajectories)}
+             run.manifest(SHARD), run.shard_lock(SHARD), run.prompts, *(run.memory_state(t) for t in trajectories)}
     assert all(p.exists() for p in named)
     written = {p for p in run.path.rglob("*") if p.is_file()}
     in_named = {p for p in written if any(p == n or n in p.parents for n in named)}

@@ -8,11 +8,14 @@ The browser tests skip when Chromium, chromedriver or selenium is missing, and f
 from __future__ import annotations
 
 import ast
+import base64
 import importlib.util
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +27,14 @@ from apm.cli.judge import main as judge
 from apm.cli.view import main as view
 from apm.data.instances import release_instances
 from apm.data.release import load_release
+from apm.cli.judge import main as judge
+from apm.cli.view import main as view
+from apm.records.prompts import reader, restore
+from apm.records.rundir import RunDir
 from apm.reduce import load_runs, score_table
 from apm.synth import generate
+from apm.video.cache import FrameCache
+from apm.view.collect import strip
 
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -49,7 +58,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert view([str(tmp / "runs"), "--out", str(tmp / "site")]) == 0
     order = [i.key for i in release_instances(load_release(tiny, check_videos=False))]
     by_method = {records(d)[0]["run"]["config_hash"]: {r["key"]: r for r in records(d)} for d in dirs}
-    return {"site": tmp / "site", "dirs": dirs, "order": order, "records": by_method, "release": tiny}
+    return {"site": tmp / "site", "runs": tmp / "runs", "dirs": dirs, "order": order, "records": by_method,
+            "release": tiny}
 
 
 def page_data(site: Path) -> dict[str, Any]:
@@ -58,12 +68,27 @@ def page_data(site: Path) -> dict[str, Any]:
     return json.loads(text.removeprefix("window.APM_VIEW = (").rstrip().removesuffix(");"))
 
 
+def chunk(site: Path, name: str) -> dict[str, Any]:
+    """``chunks/<name>.js`` as JSON: ``{"rows": {key: …}, "texts": {digest: text}}``."""
+    text = (site / "chunks" / f"{name}.js").read_text(encoding="utf-8")
+    return json.loads(text.removeprefix(f"window.APM_VIEW_CHUNK({json.dumps(name)}, ").rstrip().removesuffix(");"))
+
+
 def page_instances(site: Path) -> list[dict[str, Any]]:
-    """The instances whole, in page order, from every ``chunks/<n>.js``."""
-    rows: list[dict[str, Any]] = []
-    for n in range(len(list((site / "chunks").glob("*.js")))):
-        text = (site / "chunks" / f"{n}.js").read_text(encoding="utf-8")
-        rows += json.loads(text.removeprefix(f"window.APM_VIEW_CHUNK({n}, ").rstrip().removesuffix(");")).values()
+    """The instances whole, in page order, assembled as the page does from their chunks: the instance's own
+    fields, ``by`` (each method's cell) and ``texts`` (each method's prompt texts by digest)."""
+    loaded: dict[str, dict[str, Any]] = {}
+    rows = []
+    data = page_data(site)
+    for entry in data["instances"]:
+        own = f"{entry['task']}/i-{entry['chunk']}"
+        cells = {m["id"]: f"{entry['task']}/m{i}-{n}" for i, (m, n) in enumerate(zip(data["methods"], entry["cells"]))
+                 if n is not None}
+        for name in (own, *cells.values()):
+            loaded.setdefault(name, chunk(site, name))
+        by = {h: loaded[name]["rows"][entry["key"]] for h, name in cells.items()}
+        texts = {h: loaded[name]["texts"] for h, name in cells.items()}
+        rows.append({**loaded[own]["rows"][entry["key"]], "differs": entry["differs"], "by": by, "texts": texts})
     return rows
 
 
@@ -87,7 +112,8 @@ def test_data_holds_every_record_with_its_judgement_and_frames(built: dict[str, 
     judged = {(j["run"]["config_hash"], j["key"]): j for d in built["dirs"] for p in (d / "judgements").glob("*.jsonl")
               for j in map(json.loads, p.read_text().splitlines())}
     for inst, entry in zip(rows, data["instances"]):
-        assert entry["outcomes"] == {h: v["outcome"] for h, v in inst["by"].items()}
+        assert entry["outcomes"] == "".join(inst["by"][m["id"]]["outcome"][0] if m["id"] in inst["by"] else "-"
+                                            for m in data["methods"])
         for h, v in inst["by"].items():
             record = by_method[h][inst["key"]]
             assert (v["output"], v["answer"], v["decision"]) == (record["output"], record["answer"], record["decision"])
@@ -157,11 +183,116 @@ def test_a_run_whose_release_changed_is_refused(built: dict[str, Any], tmp_path:
     assert not (tmp_path / "site2").exists()
 
 
+def test_each_cell_shows_the_prompt_sent_checked_against_its_digest(built: dict[str, Any]) -> None:
+    """Issue 23.7: the viewer shows the text each backbone received (kept beside the records), not template
+    fields, and only once it reproduces the record's prompt_sha256."""
+    for inst in page_instances(built["site"]):
+        for h, v in inst["by"].items():
+            record = built["records"][h][inst["key"]]
+            assert v["sent"] == {"messages": record["prompt"]}
+            run_dir = next(d for d in built["dirs"] if records(d)[0]["run"]["config_hash"] == h)
+            canon = restore(v["sent"]["messages"], record["frames"], record["prompt_sha256"],
+                            lambda digest: inst["texts"][h][digest])
+            assert canon == restore(record["prompt"], record["frames"], record["prompt_sha256"], reader(run_dir))
+
+
+def test_a_record_without_a_kept_prompt_says_so(built: dict[str, Any], tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(built["dirs"][0], runs / built["dirs"][0].name)
+    shutil.rmtree(RunDir(runs / built["dirs"][0].name).prompts)
+    assert view([str(runs), "--out", str(tmp_path / "site")]) == 0
+    cells = [v for i in page_instances(tmp_path / "site") for v in i["by"].values()]
+    assert cells and all("cannot be rebuilt" in v["sent"]["problem"] for v in cells)
+
+
+@pytest.fixture(scope="module")
+def capped(built: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same runs' site with 3 thumbnails per cell."""
+    site = tmp_path_factory.mktemp("capped") / "site"
+    assert view([str(built["runs"]), "--out", str(site), "--frames-per-cell", "3"]) == 0
+    return site
+
+
+def decoded(strip: dict[str, Any]) -> list[list[Any]]:
+    """The frames of a cell's strip as ``[session, offset]`` (what app.js's stripFrames computes)."""
+    if "frames" in strip:
+        return strip["frames"]
+    rate = Fraction(strip["rate"])
+    out = []
+    for session, first, bits in strip["runs"]:
+        marks = base64.b64decode(bits)
+        out += [[session, float((first + j) / rate)] for j in range(len(marks) * 8) if marks[j // 8] & (0x80 >> j % 8)]
+    return out
+
+
+def test_the_strip_is_exact_on_and_off_the_sample_grid() -> None:
+    frames = [{"session": "DAY1/S001", "offset": o} for o in (0.0, 3.0, 4.0, 700.0)] + [
+        {"session": "DAY1/S002", "offset": 1.0}, {"session": "DAY1/S002", "offset": 0.5},
+        {"session": "DAY1/S001", "offset": 2.0}]
+    on_grid = strip(frames, Fraction(2))
+    assert decoded(on_grid) == [[f["session"], f["offset"]] for f in frames] and len(on_grid["runs"]) == 4
+    assert len(json.dumps(strip([{"session": "S", "offset": float(3 * i)} for i in range(1024)], Fraction(1)))) < 1_000
+    off_grid = strip(frames, Fraction(1))
+    assert off_grid == {"count": 7, "frames": [[f["session"], f["offset"]] for f in frames]}
+
+
+def test_frames_per_cell_are_capped_with_the_full_strip_kept(built: dict[str, Any], capped: Path) -> None:
+    """Issue 23.8: at most N thumbnails per cell, evenly spread with the first and the last; every frame
+    sent is still listed (the full strip), so nothing shown misstates what the model saw."""
+    cells = [(h, i["key"], v) for i in page_instances(capped) for h, v in i["by"].items()]
+    for h, key, v in cells:
+        record = built["records"][h][key]
+        assert decoded(v["strip"]) == [[f["session"], f["offset"]] for f in record["frames"]]
+        assert "runs" in v["strip"] and v["strip"]["count"] == len(record["frames"])
+        assert len(v["frames"]) == min(3, len(record["frames"]))
+        if v["frames"]:
+            assert v["frames"][0]["i"] == 0 and v["frames"][-1]["i"] == len(record["frames"]) - 1
+        for f in v["frames"]:
+            assert record["frames"][f["i"]]["wall_clock"] == f["wall_clock"]
+    assert len(list((capped / "thumbs").glob("*.jpg"))) < len(list((built["site"] / "thumbs").glob("*.jpg")))
+
+
+def test_chunks_are_per_task_and_method_and_bounded(built: dict[str, Any], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24.4: chunks hold one task and one part (an instance's own fields, or one method's cells),
+    written as they fill, each at most CHUNK_BYTES (here forced small, so they split)."""
+    from apm.view import site as site_module
+
+    monkeypatch.setattr(site_module, "CHUNK_BYTES", 8_000)
+    assert view([str(built["runs"]), "--out", str(tmp_path / "site")]) == 0
+    files = sorted((tmp_path / "site" / "chunks").rglob("*.js"))
+    assert len(files) > len(list((built["site"] / "chunks").rglob("*.js")))
+    for path in files:
+        name = path.relative_to(tmp_path / "site" / "chunks").as_posix().removesuffix(".js")
+        assert re.fullmatch(r"[A-Z]+/(i|m\d+)-\d+", name), name
+        rows = chunk(tmp_path / "site", name)["rows"]
+        assert len(rows) == 1 or path.stat().st_size <= 8_000
+        assert {r.get("task", name.split("/")[0]) for r in rows.values()} <= {name.split("/")[0]}
+    def cells(site: Path) -> list[dict[str, Any]]:
+        return [{k: v for k, v in i.items() if k != "texts"} for i in page_instances(site)]
+
+    assert cells(tmp_path / "site") == cells(built["site"])
+
+
+def test_each_video_is_resolved_once(built: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24.4: FrameCache.entry() per frame view was 59 % of a build: now once per video."""
+    calls: list[Path] = []
+    original = FrameCache.entry
+
+    def counted(self: FrameCache, video: Any) -> Any:
+        calls.append(Path(video))
+        return original(self, video)
+
+    monkeypatch.setattr(FrameCache, "entry", counted)
+    assert view([str(built["runs"]), "--out", str(tmp_path / "site")]) == 0
+    assert calls and len(calls) == len(set(calls))
+
+
 def test_view_imports_only_the_layers_below_it() -> None:
     """apm.view reads records, data, scores and the frame cache (and its one thumbnail path); it never
     imports the runner."""
     allowed = ("apm.records", "apm.errors", "apm.data", "apm.reduce", "apm.video.cache", "apm.video.thumbnails",
-               "apm.view")
+               "apm.video.select", "apm.view")
     package = Path(importlib.util.find_spec("apm.view").origin).parent
     for path in package.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -285,3 +416,25 @@ def test_differs_filter_and_paging(built: dict[str, Any], browser: Any) -> None:
     assert shown(browser)
     sections = [s.get_attribute("data-method") for s in browser.find_elements("css selector", "#rows .method")]
     assert set(sections) == {random_id} and f"hide={oracle_id}" in browser.current_url
+
+
+def test_the_prompt_sent_and_the_full_strip_open_in_place(built: dict[str, Any], capped: Path, browser: Any) -> None:
+    """A cell's "prompt sent" shows the kept texts (the system prompt, the probe with its current time); in a
+    capped site "all N frames" lists every frame sent, the cell's thumbnails among them."""
+    open_page(browser, capped)
+    section = shown(browser)[0].find_element("css selector", "section.method")
+    key = shown(browser)[0].get_attribute("data-key")
+    record = built["records"][section.get_attribute("data-method")][key]
+    assert len(section.find_elements("css selector", ".frames figure")) == 3 < len(record["frames"])
+    section.find_element("css selector", "details.strip summary").click()
+    items = section.find_elements("css selector", "details.strip li")
+    assert len(items) == len(record["frames"])
+    for item, f in zip(items, record["frames"]):
+        assert f"{f['session']} +{f['offset']:g} s" in item.text
+    assert len(section.find_elements("css selector", "details.strip li.thumbed img")) == 3
+    section.find_element("css selector", "details.sent summary").click()
+    texts = [p.text for p in section.find_elements("css selector", "details.sent pre.sent-text")]
+    assert texts[0].startswith("You are a first-person streaming video assistant.")
+    assert f"[Current time: {record['probe_time']}]" in texts[-1]
+    frames = section.find_element("css selector", "details.sent .sent-frames").text
+    assert frames == f"[{len(record['frames'])} video frames]"

@@ -11,7 +11,7 @@ from pathlib import Path
 from apm.errors import OneLineParser, console_script, note_skipped
 from apm.records.atomic import OutputRefused
 from apm.view.collect import ReleaseChanged
-from apm.view.site import PROG, build_site
+from apm.view.site import DEFAULT_FRAMES_PER_CELL, PROG, build_site
 
 
 def parser() -> argparse.ArgumentParser:
@@ -22,6 +22,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--judge", help="prefer judgements by this judge (as apm-reduce --judge)")
     p.add_argument("--thumb-side", type=int, default=160, metavar="PX",
                    help="longer side of each thumbnail in pixels (default 160)")
+    p.add_argument("--frames-per-cell", type=int, default=DEFAULT_FRAMES_PER_CELL, metavar="N",
+                   help="thumbnails per method cell, evenly spread with the first and last "
+                        f"(default {DEFAULT_FRAMES_PER_CELL}; 0: every frame); the full strip is one click away")
     return p
 
 
@@ -32,10 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.thumb_side < 16:
         parser().error("--thumb-side must be at least 16")
+    if args.frames_per_cell < 0:
+        parser().error("--frames-per-cell must be 0 (every frame) or more")
     started = time.perf_counter()
     note_skipped(PROG, args.runs, need_config=True)
     try:
-        site = build_site(args.runs, args.out, args.judge, args.thumb_side)
+        site = build_site(args.runs, args.out, args.judge, args.thumb_side, args.frames_per_cell)
     except (OutputRefused, ReleaseChanged) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
@@ -43,7 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"apm-view: {e.strerror or e}: {e.filename or args.out}", file=sys.stderr)
         return 2
     print(f"apm-view: {site.instances} instances x {site.methods} methods, {site.thumbnails} thumbnails "
-          f"({site.thumbnail_bytes / 1e6:.1f} MB) -> {site.index} ({time.perf_counter() - started:.1f} s)")
+          f"({site.thumbnail_bytes / 1e6:.1f} MB), {site.chunks} chunks (largest {site.largest_chunk / 1e6:.2f} MB) "
+          f"-> {site.index} ({time.perf_counter() - started:.1f} s)")
     return 0
 
 

@@ -22,15 +22,17 @@ def temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
 
 
-def write_atomically(path: Path, data: bytes) -> Path:
-    """Replace ``path`` with ``data`` through a :func:`temp_name` (flushed to disk before the rename)."""
+def write_atomically(path: Path, data: bytes, sync: bool = True) -> Path:
+    """Replace ``path`` with ``data`` through a :func:`temp_name` (flushed to disk before the rename unless
+    ``sync`` is False: then, like a record line, it survives the process but not the machine)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(path)
     try:
         with tmp.open("wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

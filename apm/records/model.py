@@ -169,6 +169,17 @@ class InstanceRecord:
     frames: list[FrameShown] = spec()
     prompt_version: str = spec()
     prompt_sha256: str | None = spec(pattern=HEX64)
+    prompt: list | None = spec(
+        absent_ok=True,
+        description="what was sent, by reference (docs/prompts.md, What was sent is kept): per message [role, "
+                    "parts], a text part as the SHA-256 of its text in RUN_DIR/prompts/, consecutive frames as a count",
+        items={"type": "array", "minItems": 2, "maxItems": 2, "prefixItems": [
+            {"enum": ["system", "user", "assistant"]},
+            {"type": "array", "items": {"anyOf": [
+                {"type": "string", "pattern": HEX64},
+                {"type": "object", "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
+                 "properties": {"frames": {"type": "integer", "minimum": 1},
+                                "stills": {"type": "integer", "minimum": 1}}}]}}]})
     latency: Latency = spec()
     tokens: Tokens = spec()
     truncation: dict | None = spec()
@@ -219,7 +230,7 @@ def values(model: type, name: str) -> tuple[Any, ...]:
     return get_args(next(t for t in (tp, *get_args(tp)) if get_origin(t) is Literal))
 
 
-SCALARS = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object"}
+SCALARS = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object", list: "array"}
 MODELS = {"record.schema.json": InstanceRecord, "memory.schema.json": MemoryLine}
 """Each schema file and the model it is generated from."""
 

@@ -20,6 +20,7 @@ MEMORY = "memory"
 JUDGEMENTS = "judgements"
 JOBS = "jobs"
 LOCKS = "locks"
+PROMPTS = "prompts"
 PLAN, LEDGER, MANIFEST = "plan.json", "ledger.jsonl", "manifest.json"
 RUN_MARKERS = (CONFIG, RECORDS, JOBS, LOCKS)
 """What the runner puts in a run dir: a folder holding any of these is a run, or the debris of one."""
@@ -63,6 +64,11 @@ class RunDir:
     @property
     def locks(self) -> Path:
         return self.path / LOCKS
+
+    @property
+    def prompts(self) -> Path:
+        """The text parts of the requests sent, one ``<sha256>.txt`` per distinct text (docs/prompts.md)."""
+        return self.path / PROMPTS
 
     @property
     def publish(self) -> Path:

@@ -11,8 +11,6 @@ apart (the prefix as stills), so consecutive probes of a session share their ope
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, replace
 
 from apm.backbones.base import FramePart, GenerationSettings, Message, Part, Request, TextPart
@@ -23,6 +21,7 @@ from apm.data.model import Trajectory
 from apm.memory.base import History
 from apm.prompts import probe_prompt, said_text, system_prompt, turn_text
 from apm.prompts.layout import CURRENT, CURRENT_END, CURRENT_TIME, EARLIER_VIDEO, HEADER, MEMORY, MEMORY_INTRO
+from apm.records.prompts import Canon, canon_digest
 from apm.runner.config import FrameLayout
 from apm.video.cache import FrameCache
 from apm.video.select import prefix_spans, select_frames, session_stable_frames
@@ -100,10 +99,14 @@ def build_parts(trajectory: Trajectory, instance: Instance, history: History, fr
     return [before, *map(FramePart, frames), *(FramePart(f, still=True) for f in stills), said]
 
 
+def canonical(messages: tuple[Message, ...]) -> Canon:
+    """The prompt as its digest sees it: every text, and every frame by session and video offset."""
+    return [[m.role, [_canon(p) for p in m.parts]] for m in messages]
+
+
 def prompt_digest(messages: tuple[Message, ...]) -> str:
-    """SHA-256 of the exact prompt: every text, and every frame by session and video offset."""
-    canon = [[m.role, [_canon(p) for p in m.parts]] for m in messages]
-    return hashlib.sha256(json.dumps(canon, ensure_ascii=False).encode()).hexdigest()
+    """SHA-256 of the exact prompt (:func:`canonical`)."""
+    return canon_digest(canonical(messages))
 
 
 def _canon(part: Part) -> str | list[str | float]:

@@ -14,6 +14,7 @@ from apm.prompts import PROMPT_VERSION
 from apm.runner import latency
 from apm.runner.context import Prepared
 from apm.runner.outcome import apply_gate
+from apm.runner.request import kept_prompt
 from apm.runner.setup import RunSetup
 
 NO_MEMORY: dict[str, Any] = {"bytes": 0, "state_sha256": manifest_sha256({})}
@@ -58,6 +59,7 @@ def make_record(setup: RunSetup, inst: Instance, trajectory: Trajectory, prepare
         "frames": [f.describe() for f in prepared.frames] if prepared else [],
         "prompt_version": PROMPT_VERSION,
         "prompt_sha256": prepared.prompt_sha256 if prepared else None,
+        "prompt": kept_prompt(setup, prepared.request if prepared else None),
         "latency": {
             "prep_s": prep_s,
             "ttft_s": ttft,

@@ -10,6 +10,7 @@ the paper describes, with what was left out in the record's ``truncation``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from apm.backbones.base import FramePart, Request, Truncation
 from apm.backbones.guard import text_chars
@@ -17,15 +18,22 @@ from apm.data import clock
 from apm.data.instances import Instance
 from apm.data.model import Trajectory
 from apm.memory.base import MemoryProtocol
+from apm.records import prompts
 from apm.records.rundir import RunDir
 from apm.runner.causality import check_shown
-from apm.runner.context import Prepared, prepare
+from apm.runner.context import Prepared, canonical, prepare
 from apm.runner.setup import RunSetup
 
 
 def state_dir_of(setup: RunSetup, trajectory: Trajectory) -> Path:
     """Where the memory protocol keeps a trajectory's persistent state."""
     return RunDir(setup.run_dir).memory_state(trajectory.trajectory_id)
+
+
+def kept_prompt(setup: RunSetup, request: Request | None) -> list[list[Any]] | None:
+    """The record's ``prompt``: the request's text parts kept by digest beside the records, its frames by
+    count (``apm.records.prompts``); None without a request."""
+    return None if request is None else prompts.keep(setup.run_dir, canonical(request.messages))
 
 
 def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance,

@@ -26,6 +26,7 @@ from apm.records.rundir import RunDir
 from apm.runner.causality import check_shown
 from apm.runner.context import build_parts, prompt_digest
 from apm.runner.record import NO_MEMORY, make_record
+from apm.runner.request import kept_prompt
 from apm.runner.setup import RunSetup
 from apm.streaming.base import Answer, Probe, StreamingSystem
 from apm.video.select import CausalityError
@@ -179,6 +180,7 @@ def streaming_record(setup: RunSetup, inst: Instance, traj: Trajectory, answer: 
     request = answer.request
     record["frames"] = [f.describe() for f in answer.frames or (request.frames if request else ())]
     record["prompt_sha256"] = prompt_digest(request.messages) if request else None
+    record["prompt"] = kept_prompt(setup, request)
     latency = record["latency"]
     ttft, prefix = latency["ttft_s"], latency["prefix_s"]
     processed = None if ttft is None else ttft + (updates.total if streaming else 0.0)

@@ -63,5 +63,10 @@ def recorded_frame(cache: FrameCache, video: str | os.PathLike[str], offset: flo
     """The sample of ``video``'s cache entry nearest the recorded ``offset`` (seconds; sample ``i`` is at
     ``i / rate``), in exact arithmetic on the recorded number; raises what the cache raises for a missing
     or undecodable video."""
-    entry = cache.entry(Path(video))
+    return frame_at(cache.entry(Path(video)), offset)
+
+
+def frame_at(entry: CacheEntry, offset: float) -> RecordedFrame:
+    """The sample of a resolved cache ``entry`` nearest the recorded ``offset`` (:func:`recorded_frame`
+    for a caller that resolves each video once)."""
     return RecordedFrame(entry, round(Fraction(offset) * entry.rate))

@@ -1,5 +1,7 @@
 """What the page shows, gathered from run dirs as plain JSON values: each method with its scores, and
-per instance key the release's prompt fields and every method's record, frames and judgement.
+per instance key the release's prompt fields and every method's record, frames, prompt sent and
+judgement — the records streamed one at a time (:meth:`Views.cells`), so a build at the paper's scale
+holds only small per-instance summaries (:class:`Row`).
 
 Lines are chosen exactly as ``apm-reduce`` chooses them (:func:`apm.reduce.load_runs`: newest write
 stamp per key, stale judgements dropped, ``--judge`` preferred); the viewer then shows those lines
@@ -8,10 +10,13 @@ whole, so it never disagrees with the scores at the top of the page.
 
 from __future__ import annotations
 
+import base64
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +32,13 @@ from apm.data.tasks import ADAPTIVE, EA, MCQA_TASKS, TASKS
 from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
 from apm.records.rundir import RunDir, find_runs
+from apm.records.prompts import PromptUnavailable, restore, text_digest, text_path
 from apm.reduce import RunSet, load_runs, score_table
 from apm.reduce.coverage import PARTIAL, coverage_by_method
 from apm.reduce.names import row_label, row_rank
 from apm.reduce.scores import judge_names, method_info
 from apm.video.cache import VideoDecodeError
+from apm.video.select import uniform_indices
 from apm.view.thumbs import Thumbnails
 
 Pick = tuple[str, str]
@@ -129,22 +136,48 @@ def _stamp(value: Any) -> float | None:
     return float(value)
 
 
+def _stamped(line: Line) -> Stamped:
+    return str(line["run"]["config_hash"]), line["key"], _stamp(line.get("written_ns"))
+
+
+def _files(runs: Sequence[ViewedRun], kind: Kind) -> Iterator[tuple[ViewedRun, Path]]:
+    for run in runs:
+        for path in RunDir(run.path).files(kind):
+            yield run, path
+
+
 def _lines(runs: Sequence[ViewedRun], kind: Kind) -> dict[Stamped, tuple[ViewedRun, Line]]:
     """Every usable ``<kind>/*.jsonl`` line of the runs, with the run dir holding it; of lines that
     the reducer cannot tell apart the one read later wins, as in the reducer."""
-    out: dict[Stamped, tuple[ViewedRun, Line]] = {}
-    for run in runs:
-        for path in RunDir(run.path).files(kind):
-            for line in read_lines(path, kind):
-                out[(str(line["run"]["config_hash"]), line["key"], _stamp(line.get("written_ns")))] = (run, line)
-    return out
+    return {_stamped(line): (run, line) for run, path in _files(runs, kind) for line in read_lines(path, kind)}
 
 
 def chosen(table: pd.DataFrame, lines: Mapping[Stamped, tuple[ViewedRun, Line]]) -> dict[Pick, tuple[ViewedRun, Line]]:
     """The whole line (and its run dir) behind each row the reducer kept in ``table``."""
-    rows = table.loc[:, ["config_hash", "key", "written_ns"]].itertuples(index=False)
-    picked = ((str(h), str(key), lines.get((str(h), str(key), _stamp(stamp)))) for h, key, stamp in rows)
+    picked = ((key[0], key[1], lines.get(key)) for key in kept(table))
     return {(h, key): found for h, key, found in picked if found is not None}
+
+
+def kept(table: pd.DataFrame) -> list[Stamped]:
+    """The (config hash, key, write stamp) of each row the reducer kept in ``table``."""
+    rows = table.loc[:, ["config_hash", "key", "written_ns"]].itertuples(index=False)
+    return [(str(h), str(key), _stamp(stamp)) for h, key, stamp in rows]
+
+
+def chosen_records(table: pd.DataFrame, runs: Sequence[ViewedRun]) -> Iterator[tuple[ViewedRun, Line]]:
+    """The record line (and its run dir) behind each row the reducer kept, read file by file so that no
+    more than one line is held at a time; of lines the reducer cannot tell apart the one read later
+    wins (a first pass notes where each wanted line last occurs)."""
+    wanted = set(kept(table))
+    last: dict[Stamped, tuple[Path, int]] = {}
+    for _, path in _files(runs, "records"):
+        for i, line in enumerate(read_lines(path, "records")):
+            if (stamp := _stamped(line)) in wanted:
+                last[stamp] = (path, i)
+    for run, path in _files(runs, "records"):
+        for i, line in enumerate(read_lines(path, "records")):
+            if last.get(_stamped(line)) == (path, i):
+                yield run, line
 
 
 def _plain(value: Any) -> float | int | None:
@@ -248,11 +281,16 @@ class Releases:
         return [v for v in self._loaded.values() if isinstance(v, str)]
 
 
-def frame_views(record: Line, run: ViewedRun, release: Release | str, thumbs: Thumbnails) -> list[dict[str, Any]]:
-    """The record's frames, each with its thumbnail's path (or why there is none)."""
+def frame_views(record: Line, run: ViewedRun, release: Release | str, thumbs: Thumbnails,
+                cap: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The record's frames with thumbnails: up to ``cap`` of them (0: all), evenly spread with the first
+    and the last kept, each with its thumbnail's path (or why there is none) and its place ``i`` in the
+    record; and the full strip, every frame (:func:`strip`)."""
+    frames = record.get("frames") or []
     out = []
-    for frame in record.get("frames") or []:
-        view: dict[str, Any] = {k: frame.get(k) for k in ("session", "offset", "wall_clock")}
+    for i in uniform_indices(len(frames), cap or len(frames)):
+        frame = frames[i]
+        view: dict[str, Any] = {"i": i, **{k: frame.get(k) for k in ("session", "offset", "wall_clock")}}
         try:
             if isinstance(release, str):
                 raise OSError(release)
@@ -261,64 +299,141 @@ def frame_views(record: Line, run: ViewedRun, release: Release | str, thumbs: Th
         except THUMB_ERRORS as e:
             view["problem"] = f"no thumbnail: {file_names(str(e))}"
         out.append(view)
-    return out
+    return out, strip(frames, Fraction(str(run.frames.get("fps", 1.0))))
 
 
-def record_view(record: Line, judgement: Line | None, frames: list[dict[str, Any]]) -> dict[str, Any]:
+def strip(frames: Sequence[Mapping[str, Any]], rate: Fraction) -> dict[str, Any]:
+    """Every frame sent, compactly and exactly: ``{"count", "rate", "runs": [[session, first sample, bits], …]}``,
+    a run per stretch of rising samples (``offset × rate``) of one session, ``bits`` (base64, bit ``j``
+    of byte ``j // 8`` from the high end) marking sample ``first + j``; ``{"count", "frames": [[session, offset], …]}``
+    when an offset is off the sample grid. A 1,024-frame record takes under a kilobyte."""
+    runs: list[tuple[str, list[int]]] = []
+    for f in frames:
+        sample = Fraction(str(f["offset"])) * rate
+        if sample.denominator != 1 or float(sample / rate) != f["offset"]:
+            return {"count": len(frames), "frames": [[g.get("session"), g.get("offset")] for g in frames]}
+        if runs and runs[-1][0] == f["session"] and int(sample) > runs[-1][1][-1]:
+            runs[-1][1].append(int(sample))
+        else:
+            runs.append((f["session"], [int(sample)]))
+    coded = [[session, samples[0], _bits(samples)] for session, samples in runs]
+    return {"count": len(frames), "rate": str(rate), "runs": coded}
+
+
+def _bits(samples: Sequence[int]) -> str:
+    marks = bytearray((samples[-1] - samples[0]) // 8 + 1)
+    for sample in samples:
+        j = sample - samples[0]
+        marks[j // 8] |= 0x80 >> (j % 8)
+    return base64.b64encode(bytes(marks)).decode()
+
+
+@lru_cache(maxsize=4096)
+def _kept_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def sent_prompt(record: Line, run: ViewedRun) -> tuple[dict[str, Any], dict[str, str]]:
+    """What the record says its backbone was sent: its kept ``prompt`` (texts by digest, frames by
+    count) once it reproduces ``prompt_sha256``, and the texts by digest; or why it cannot be shown."""
+    refs = record.get("prompt")
+    if not refs:
+        return {"problem": "not kept: the run predates kept prompts (only prompt_sha256 is on record)"}, {}
+    try:
+        canon = restore(refs, record.get("frames") or [], record.get("prompt_sha256"),
+                        lambda digest: _kept_text(text_path(run.path, digest)))
+    except PromptUnavailable as e:
+        return {"problem": file_names(str(e))}, {}
+    texts = {text_digest(part): part for _, parts in canon for part in parts if isinstance(part, str)}
+    return {"messages": refs}, texts
+
+
+def record_view(record: Line, judgement: Line | None, frames: list[dict[str, Any]], every: dict[str, Any],
+                sent: dict[str, Any]) -> dict[str, Any]:
     """What the page shows of one method's record of an instance."""
     latency = record.get("latency") or {}
     return {
-        **{k: record.get(k) for k in RECORD_FIELDS}, "outcome": outcome(record), "frames": frames,
-        "ttft_s": latency.get("ttft_s"), "total_s": latency.get("total_s"),
+        **{k: record.get(k) for k in RECORD_FIELDS}, "outcome": outcome(record), "frames": frames, "strip": every,
+        "sent": sent, "ttft_s": latency.get("ttft_s"), "total_s": latency.get("total_s"),
         "judgement": None if judgement is None else {k: judgement.get(k) for k in JUDGEMENT_FIELDS},
     }
 
 
-def differs(views: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether the methods holding the instance disagree: on the answer, the decision or right/wrong."""
-    return len({(v["answer"], v["decision"], v["outcome"]) for v in views}) > 1
+INSTANCE_FIELDS = ("task", "family", "polarity", "probe_id", "trajectory_id", "candidate_id", "probe_time",
+                   "window_start", "correct_option", "evidence_available")
 
 
-def instance_row(key: str, records: Mapping[str, Line], views: dict[str, dict[str, Any]],
-                 instance: Instance | None) -> dict[str, Any]:
-    """One instance: where and when it is probed, its prompt fields, and each method's view."""
-    first = next(iter(records.values()))
-    return {
-        "key": key,
-        **{k: first.get(k) for k in ("task", "family", "polarity", "probe_id", "trajectory_id", "candidate_id",
-                                     "probe_time", "window_start", "correct_option", "evidence_available")},
-        "session": f"{first.get('day_id')}/{first.get('session_id')}",
-        "prompt": None if instance is None else prompt_parts(instance),
-        "annotation": None if instance is None else dict(instance.candidate.fields),
-        "by": views,
-        "differs": differs(views.values()),
-    }
+@dataclass
+class Row:
+    """What the page keeps of one instance key while its records stream past: where and when it is
+    probed (from its first record), and each method's answer, decision, outcome and chunk."""
+
+    fields: dict[str, Any]
+    answers: dict[str, tuple[Any, Any, str]] = field(default_factory=dict)
+    chunks: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, record: Line) -> Row:
+        return cls({**{k: record.get(k) for k in INSTANCE_FIELDS},
+                    "session": f"{record.get('day_id')}/{record.get('session_id')}"})
+
+    def add(self, config_hash: str, view: Mapping[str, Any], chunk: int) -> None:
+        self.answers[config_hash] = (view["answer"], view["decision"], view["outcome"])
+        self.chunks[config_hash] = chunk
+
+    @property
+    def differs(self) -> bool:
+        """Whether the methods holding the instance disagree: on the answer, the decision or right/wrong."""
+        return len(set(self.answers.values())) > 1
 
 
-def collect(paths: Iterable[str | Path], thumbs: Thumbnails, judge: str | None = None) -> dict[str, Any]:
-    """The page's data: methods with scores, score columns, instances side by side, notes."""
-    paths = list(paths)
-    dirs = find_run_dirs(paths)
-    if not dirs:
-        raise FileNotFoundError(2, "no run dir (config.json beside records/) at or below", " ".join(map(str, paths)))
-    runs = load_runs([d.path for d in dirs], judge)
-    records = chosen(runs.records, _lines(dirs, "records"))
-    judgements = {pick: line for pick, (_, line) in chosen(runs.judgements, _lines(dirs, "judgements")).items()}
-    releases = Releases()
-    for run in dirs:
-        check_release(run, releases.get(run.dataset_root))
-    by_key: dict[str, dict[str, Line]] = {}
-    views: dict[str, dict[str, dict[str, Any]]] = {}
-    for (h, key), (run, record) in records.items():
-        by_key.setdefault(key, {})[h] = record
-        views.setdefault(key, {})[h] = record_view(
-            record, judgements.get((h, key)), frame_views(record, run, releases.get(run.dataset_root), thumbs))
-    order = {key: i for i, key in enumerate(releases.instances)}
-    keys = sorted(by_key, key=lambda k: (order.get(k, len(order)), k))
-    rows = [instance_row(k, by_key[k], views[k], releases.instances.get(k)) for k in keys]
-    found = methods(runs, dirs)
-    return {
-        "methods": found, "score_columns": score_columns(found), "instances": rows,
-        "notes": {"skipped_lines": [str(s) for s in runs.skipped], "releases": releases.problems,
-                  "judge": judge},
-    }
+def instance_view(key: str, row: Row, instance: Instance | None) -> dict[str, Any]:
+    """One instance as its chunk holds it: where and when it is probed, its prompt fields, its annotation."""
+    return {"key": key, **row.fields, "prompt": None if instance is None else prompt_parts(instance),
+            "annotation": None if instance is None else dict(instance.candidate.fields)}
+
+
+@dataclass
+class Views:
+    """The run dirs under the paths, read as ``apm-reduce`` reads them: methods with their scores, the
+    judgements, the releases (checked unchanged); the records are streamed by :meth:`cells`."""
+
+    dirs: list[ViewedRun]
+    runs: RunSet
+    judgements: dict[Pick, Line]
+    releases: Releases
+    methods: list[dict[str, Any]]
+    judge: str | None
+
+    @classmethod
+    def read(cls, paths: Iterable[str | Path], judge: str | None = None) -> Views:
+        paths = list(paths)
+        dirs = find_run_dirs(paths)
+        if not dirs:
+            raise FileNotFoundError(2, "no run dir (config.json beside records/) at or below",
+                                    " ".join(map(str, paths)))
+        runs = load_runs([d.path for d in dirs], judge)
+        judgements = {pick: line for pick, (_, line) in chosen(runs.judgements, _lines(dirs, "judgements")).items()}
+        releases = Releases()
+        for run in dirs:
+            check_release(run, releases.get(run.dataset_root))
+        return cls(dirs, runs, judgements, releases, methods(runs, dirs), judge)
+
+    def cells(self, thumbs: Thumbnails, cap: int) -> Iterator[tuple[Line, dict[str, Any], dict[str, str]]]:
+        """Each chosen record with its view (frames capped to ``cap``, 0: all) and its prompt's texts."""
+        for run, record in chosen_records(self.runs.records, self.dirs):
+            frames, every = frame_views(record, run, self.releases.get(run.dataset_root), thumbs, cap)
+            sent, texts = sent_prompt(record, run)
+            judgement = self.judgements.get((str(record["run"]["config_hash"]), record["key"]))
+            yield record, record_view(record, judgement, frames, every, sent), texts
+
+    def in_release_order(self, keys: Iterable[str]) -> list[str]:
+        """``keys`` in release order (trajectory, probe time, key); keys no release holds last."""
+        order = {key: i for i, key in enumerate(self.releases.instances)}
+        return sorted(keys, key=lambda k: (order.get(k, len(order)), k))
+
+    def head(self) -> dict[str, Any]:
+        """The page's data without its instances: methods with scores, score columns, notes."""
+        return {"methods": self.methods, "score_columns": score_columns(self.methods),
+                "notes": {"skipped_lines": [str(s) for s in self.runs.skipped], "releases": self.releases.problems,
+                          "judge": self.judge}}

@@ -3,30 +3,40 @@
 ``index.html``, ``app.js`` and ``style.css`` are the package's assets, copied as they are. The data
 are scripts loaded by ``<script>`` tags, so ``file://`` works without fetch or CORS: ``data.js``
 (``window.APM_VIEW = {…}``) holds the methods, their scores and what the filters need of every
-instance; ``chunks/<n>.js`` (``APM_VIEW_CHUNK(n, {…})``) hold the instances whole, :data:`CHUNK` at a
-time, loaded only for the page on screen, so a sweep of many methods stays quick to open.
+instance; ``chunks/<task>/<part>-<n>.js`` (``APM_VIEW_CHUNK(name, {rows, texts})``) hold, per task, the
+instances' own fields (part ``i``) and each method's cells (part ``m<index>``), written as the records
+stream past (:class:`Chunks`, at most :data:`CHUNK` rows and :data:`CHUNK_BYTES` each) and loaded only for
+the rows and methods on screen, so a sweep at the paper's scale stays quick to open and to build.
 Thumbnails are files under ``thumbs/``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from apm.records.atomic import replaced_output
-from apm.view.collect import collect
+from apm.view.collect import Row, Views, instance_view
 from apm.view.thumbs import Thumbnails
 
 ASSETS = resources.files("apm.view").joinpath("assets")
 PAGE_FILES = ("index.html", "app.js", "style.css")
 PROG = "apm-view"
-CHUNK = 50
-"""Instances per chunk file: a page of up to 100 rows loads at most three."""
-FILTER_FIELDS = ("key", "task", "family", "polarity", "differs")
+CHUNK = 20
+"""Rows per chunk file at most: a page of 25 rows of one task loads two or three chunks per method, and
+a first page (release order, many tasks) loads a chunk per task and method: smaller chunks open it
+sooner (50 rows: 2.5 s, 20 rows: 1.5 s for 1,208 instances x 10 methods on the loaded 2-core VM)."""
+CHUNK_BYTES = 2_000_000
+"""Bytes per chunk file at most (a single row larger than this is a chunk of its own)."""
+DEFAULT_FRAMES_PER_CELL = 8
+"""Thumbnails per method cell unless ``--frames-per-cell`` says otherwise, as ``apm-publish``'s strips."""
+FILTER_FIELDS = ("key", "task", "family", "polarity")
+INSTANCE_PART = "i"
+"""The chunks of a task holding its instances' own fields (method cells are ``m<index>``)."""
 
 
 @dataclass(frozen=True)
@@ -38,38 +48,131 @@ class Site:
     methods: int
     thumbnails: int
     thumbnail_bytes: int
+    chunks: int
+    largest_chunk: int
 
 
 def script(call: str, value: Any) -> str:
     """``call`` applied to ``value`` as JSON (which is JavaScript); escaped ``<`` keeps any text inert."""
-    blob = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
-    return f"{call}{blob});\n"
+    return f"{call}{_json(value)});\n"
 
 
-def filter_entry(row: dict[str, Any], chunk: int) -> dict[str, Any]:
-    """What the filters need of an instance, and the chunk holding the rest."""
-    outcomes = {method: view["outcome"] for method, view in row["by"].items()}
-    return {**{k: row[k] for k in FILTER_FIELDS}, "outcomes": outcomes, "chunk": chunk}
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
 
 
-def write_data(stage: Path, data: dict[str, Any]) -> None:
-    """``data.js`` with the filter entries of every instance, and the instances in ``chunks/``."""
-    rows: Sequence[dict[str, Any]] = data["instances"]
-    (stage / "chunks").mkdir()
-    for n, start in enumerate(range(0, len(rows), CHUNK)):
-        part = {row["key"]: row for row in rows[start:start + CHUNK]}
-        (stage / "chunks" / f"{n}.js").write_text(script(f"window.APM_VIEW_CHUNK({n}, ", part), encoding="utf-8")
-    index = [filter_entry(row, i // CHUNK) for i, row in enumerate(rows)]
-    (stage / "data.js").write_text(script("window.APM_VIEW = (", {**data, "instances": index}), encoding="utf-8")
+@dataclass
+class _Open:
+    """A chunk being filled: its rows as JSON text and the prompt texts they name."""
+
+    number: int
+    rows: list[str] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict)
+    size: int = 0
 
 
-def build_site(paths: Iterable[str | Path], out: Path, judge: str | None = None, thumb_side: int = 160) -> Site:
+def _body(name: str, rows: str, texts: str) -> str:
+    """A chunk's script: its rows and texts (each already JSON members) handed to ``APM_VIEW_CHUNK``."""
+    return f'window.APM_VIEW_CHUNK({_json(name)}, {{"rows":{{{rows}}},"texts":{{{texts}}}}});\n'
+
+
+def _growth(chunk: _Open, line: str, texts: Mapping[str, str]) -> tuple[dict[str, str], int]:
+    """The texts ``chunk`` does not hold yet (as JSON), and the bytes a row adds with them."""
+    new = {d: _json(t) for d, t in texts.items() if d not in chunk.texts}
+    return new, len(line) + 1 + sum(len(d) + len(t) + 4 for d, t in new.items())
+
+
+class Chunks:
+    """Writes ``chunks/<task>/<part>-<n>.js`` as rows arrive: a chunk is written (and let go) once it
+    holds :data:`CHUNK` rows or the next row would take it past :data:`CHUNK_BYTES`; each prompt text
+    its rows name is in it once (``texts``: digest → text)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._open: dict[tuple[str, str], _Open] = {}
+        self.written = 0
+        self.largest = 0
+
+    def add(self, task: str, part: str, key: str, row: Any, texts: Mapping[str, str]) -> int:
+        """Place ``row`` (under ``key``) in the open chunk of (task, part); return that chunk's number."""
+        line = f"{_json(key)}:{_json(row)}"
+        chunk = self._chunk(task, part)
+        new, grows = _growth(chunk, line, texts)
+        if chunk.rows and (len(chunk.rows) >= CHUNK or chunk.size + grows > CHUNK_BYTES):
+            self._write(task, part)
+            chunk = self._chunk(task, part, chunk.number + 1)
+            new, grows = _growth(chunk, line, texts)
+        chunk.rows.append(line)
+        chunk.texts.update(new)
+        chunk.size += grows
+        return chunk.number
+
+    def _chunk(self, task: str, part: str, number: int = 0) -> _Open:
+        if (task, part) not in self._open:
+            self._open[task, part] = _Open(number, size=len(_body(f"{task}/{part}-{number}", "", "")))
+        return self._open[task, part]
+
+    def _write(self, task: str, part: str) -> None:
+        chunk = self._open.pop((task, part))
+        name = f"{task}/{part}-{chunk.number}"
+        body = _body(name, ",".join(chunk.rows), ",".join(f"{_json(d)}:{t}" for d, t in chunk.texts.items()))
+        path = self.folder / task / f"{part}-{chunk.number}.js"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body, encoding="ascii")
+        self.written += 1
+        self.largest = max(self.largest, len(body))
+
+    def close(self) -> None:
+        """Write every chunk still open."""
+        for task, part in list(self._open):
+            self._write(task, part)
+
+
+OUTCOME_MARKS = {"right": "r", "wrong": "w"}
+"""An outcome in ``data.js``'s ``outcomes`` string; ``-``: the method has no record of the instance."""
+
+
+def filter_entry(key: str, row: Row, chunk: int, method_ids: Sequence[str]) -> dict[str, Any]:
+    """What the filters need of an instance, compactly (one character and one chunk number per method, in
+    the methods' order, so ``data.js`` stays small at the paper's scale), and where the rest is: the
+    instance's own chunk ``<task>/i-<chunk>``, method ``j``'s cell in ``<task>/m<j>-<cells[j]>``."""
+    return {**{k: row.fields[k] for k in FILTER_FIELDS if k in row.fields}, "key": key, "differs": row.differs,
+            "outcomes": "".join(OUTCOME_MARKS[row.answers[h][2]] if h in row.answers else "-" for h in method_ids),
+            "chunk": chunk, "cells": [row.chunks.get(h) for h in method_ids]}
+
+
+def write_data(stage: Path, views: Views, thumbs: Thumbnails, frames_per_cell: int) -> tuple[int, Chunks]:
+    """The chunks, streamed as the records are read, then ``data.js``: methods, scores and the filter
+    entry of every instance; returns the instance count and the chunk writer."""
+    chunks = Chunks(stage / "chunks")
+    part = {m["id"]: f"m{i}" for i, m in enumerate(views.methods)}
+    rows: dict[str, Row] = {}
+    for record, view, texts in views.cells(thumbs, frames_per_cell):
+        h, key = str(record["run"]["config_hash"]), record["key"]
+        row = rows.setdefault(key, Row.of(record))
+        row.add(h, view, chunks.add(str(record.get("task")), part[h], key, view, texts))
+    index = []
+    for key in views.in_release_order(rows):
+        row = rows.pop(key)
+        own = chunks.add(str(row.fields["task"]), INSTANCE_PART, key,
+                         instance_view(key, row, views.releases.instances.get(key)), {})
+        index.append(filter_entry(key, row, own, list(part)))
+    chunks.close()
+    (stage / "data.js").write_text(script("window.APM_VIEW = (", {**views.head(), "instances": index}),
+                                   encoding="utf-8")
+    return len(index), chunks
+
+
+def build_site(paths: Iterable[str | Path], out: Path, judge: str | None = None, thumb_side: int = 160,
+               frames_per_cell: int = DEFAULT_FRAMES_PER_CELL) -> Site:
     """Write the viewer of the run dirs at or below ``paths`` into ``out`` (a folder ``apm-view`` may
-    own, :func:`apm.records.atomic.claim_output`): replaced whole, or left as it was if anything fails."""
+    own, :func:`apm.records.atomic.claim_output`): replaced whole, or left as it was if anything fails.
+    ``frames_per_cell`` caps the thumbnails of a method's cell (0: every frame)."""
     with replaced_output(out, PROG) as stage:
         thumbs = Thumbnails(stage, thumb_side)
-        data = collect(paths, thumbs, judge)
-        write_data(stage, data)
+        views = Views.read(paths, judge)
+        instances, chunks = write_data(stage, views, thumbs, frames_per_cell)
         for name in PAGE_FILES:
             (stage / name).write_bytes(ASSETS.joinpath(name).read_bytes())
-    return Site(out / "index.html", len(data["instances"]), len(data["methods"]), len(thumbs), thumbs.bytes)
+    return Site(out / "index.html", instances, len(views.methods), len(thumbs), thumbs.bytes, chunks.written,
+                chunks.largest)

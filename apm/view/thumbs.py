@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from apm.video.cache import FrameCache
-from apm.video.thumbnails import QUALITY, SIDE, Sampling, recorded_frame, run_sampling
+from apm.video.cache import CacheEntry, FrameCache
+from apm.video.thumbnails import QUALITY, SIDE, Sampling, frame_at, run_sampling
 
 FOLDER = "thumbs"
 """Where the thumbnails go inside the site (the page names them relative to itself)."""
@@ -25,6 +25,7 @@ class Thumbnails:
         """Total size of the thumbnails written."""
         self._caches: dict[Sampling, FrameCache] = {}
         self._written: set[str] = set()
+        self._entries: dict[tuple[Any, ...], CacheEntry] = {}
 
     def __len__(self) -> int:
         return len(self._written)
@@ -36,11 +37,19 @@ class Thumbnails:
             self._caches[sampling] = FrameCache(*sampling)
         return self._caches[sampling]
 
+    def _entry(self, frames: Mapping[str, Any], video: Path) -> CacheEntry:
+        """The cache entry of ``video``, resolved once per video and sampling settings (resolving hashes
+        and checks the video: it was most of a build's time when done per frame)."""
+        spec = (*run_sampling(frames), video)
+        if spec not in self._entries:
+            self._entries[spec] = self._cache(frames).entry(video)
+        return self._entries[spec]
+
     def src(self, frames: Mapping[str, Any], video: Path, offset: float) -> str:
         """The page-relative path of the thumbnail of ``video`` at ``offset`` s
-        (:func:`apm.video.thumbnails.recorded_frame`), writing it on first use; raises what the cache
-        raises for a missing or undecodable video."""
-        shown = recorded_frame(self._cache(frames), video, offset)
+        (:func:`apm.video.thumbnails.frame_at`), writing it on first use; raises what the cache raises for
+        a missing or undecodable video."""
+        shown = frame_at(self._entry(frames, video), offset)
         if shown.name not in self._written:
             data = shown.thumbnail(self.side, self.quality)
             self.folder.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 // apm-view: renders window.APM_VIEW (data.js) — scores, filters, and one page of instances at a time,
-// whose details come from chunks/<n>.js, loaded by <script> tags on demand (works from file://).
+// whose details come from chunks/<task>/<part>-<n>.js (an instance's own fields, each method's cells),
+// loaded by <script> tags on demand for the rows and methods on screen (works from file://).
 // No network, no framework; every text from the data is set with textContent, never parsed as HTML.
 "use strict";
 (function () {
@@ -11,19 +12,19 @@
   const chunks = {};
   const loading = {};
   let renders = 0;
-  window.APM_VIEW_CHUNK = (n, rows) => { chunks[n] = rows; };
+  window.APM_VIEW_CHUNK = (name, data) => { chunks[name] = data; };
 
-  // Chunk n's instances, by key: its script is added once; later calls share the same promise.
-  function loadChunk(n) {
-    if (!loading[n]) {
-      loading[n] = new Promise((resolve, reject) => {
-        const tag = el("script", { src: `chunks/${n}.js` });
-        tag.onload = () => resolve(chunks[n]);
-        tag.onerror = () => reject(new Error(`chunks/${n}.js did not load`));
+  // Chunk `name` ({rows: {key: …}, texts: {digest: text}}): its script is added once; later calls share the promise.
+  function loadChunk(name) {
+    if (!loading[name]) {
+      loading[name] = new Promise((resolve, reject) => {
+        const tag = el("script", { src: `chunks/${name}.js` });
+        tag.onload = () => resolve(chunks[name]);
+        tag.onerror = () => reject(new Error(`chunks/${name}.js did not load`));
         document.head.append(tag);
       });
     }
-    return loading[n];
+    return loading[name];
   }
 
   // An element with attributes (or properties for on*/className) and children (strings become text).
@@ -42,6 +43,11 @@
 
   const num = (v, digits) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
   const methodById = Object.fromEntries(D.methods.map((m) => [m.id, m]));
+  const methodIndex = Object.fromEntries(D.methods.map((m, i) => [m.id, i]));
+  const OUTCOMES = { r: "right", w: "wrong" };
+  // Where an instance's parts are (site.py's filter_entry): its own fields, and method i's cell (null: none).
+  const ownChunk = (e) => `${e.task}/i-${e.chunk}`;
+  const cellChunk = (e, i) => (e.cells[i] === null ? null : `${e.task}/m${i}-${e.cells[i]}`);
 
   function scoreCell(score) {
     if (!score) return el("td", {}, "");
@@ -77,9 +83,9 @@
 
   function renderHeader() {
     const n = D.instances.length;
-    $("summary").textContent = `${n} instances × ${D.methods.length} methods. The text each model received is ` +
-      "not stored in records (only its prompt_sha256 over every text part and frame); shown is what fills the " +
-      "Appendix E templates: the release's question, options, registration text and times.";
+    $("summary").textContent = `${n} instances × ${D.methods.length} methods. Each method's "prompt sent" is the ` +
+      "text its backbone received, kept beside the records and checked against the record's prompt_sha256; " +
+      "\"Asked\" lists the release fields that fill the Appendix E templates.";
     const notes = [...D.notes.releases, ...D.notes.skipped_lines.map((s) => `skipped line ${s}`)];
     $("notes").replaceChildren(...notes.map((s) => el("li", {}, s)));
   }
@@ -142,7 +148,8 @@
     if (state.differs && !inst.differs) return false;
     if (state.key && !inst.key.includes(state.key)) return false;
     if (state.outcome) {
-      const outcomes = state.of ? [inst.outcomes[state.of]].filter(Boolean) : Object.values(inst.outcomes);
+      const marks = state.of ? [inst.outcomes[methodIndex[state.of]]] : [...inst.outcomes];
+      const outcomes = marks.filter((c) => c !== "-").map((c) => OUTCOMES[c]);
       if (!outcomes.length || !outcomes.every((o) => o === state.outcome)) return false;
     }
     return true;
@@ -167,10 +174,49 @@
   }
 
   function frame(f) {
-    const caption = `${f.session} +${f.offset} s · ${f.wall_clock}`;
+    const caption = `#${f.i + 1} · ${f.session} +${f.offset} s · ${f.wall_clock}`;
     const body = f.src ? el("img", { src: f.src, alt: caption, loading: "lazy", decoding: "async" })
       : el("div", { className: "missing" }, f.problem || "no thumbnail");
     return el("figure", {}, body, el("figcaption", {}, caption));
+  }
+
+  // Every frame sent as [session, offset], decoded from the cell's strip (site.py's collect.strip): runs of
+  // one session's samples as a bitmap from their first sample, or the frames as they are.
+  function stripFrames(strip) {
+    if (strip.frames) return strip.frames;
+    const [num, den] = strip.rate.split("/").map(Number);
+    const rate = num / (den || 1);
+    const out = [];
+    for (const [session, first, bits] of strip.runs) {
+      const bytes = atob(bits);
+      for (let j = 0; j < bytes.length * 8; j++) {
+        if (bytes.charCodeAt(j >> 3) & (0x80 >> (j & 7))) out.push([session, (first + j) / rate]);
+      }
+    }
+    return out;
+  }
+
+  // Every frame the record was sent, built only when opened: captions, with the cell's thumbnails in place.
+  function fullStrip(v, count) {
+    const box = el("details", { className: "strip" }, el("summary", {}, `all ${count} frames`));
+    box.addEventListener("toggle", () => {
+      if (!box.open || box.dataset.built) return;
+      box.dataset.built = "1";
+      const thumbs = Object.fromEntries(v.frames.map((f) => [f.i, f]));
+      box.append(el("ol", { className: "strip-list" }, stripFrames(v.strip).map(([session, offset], i) => thumbs[i]
+        ? el("li", { className: "thumbed" }, frame(thumbs[i])) : el("li", {}, `#${i + 1} · ${session} +${offset} s`))));
+    });
+    return box;
+  }
+
+  // The prompt the backbone was sent: each message's texts as they were, its frames as a count.
+  function sentPrompt(v, texts) {
+    const sent = v.sent || {};
+    if (!sent.messages) return el("p", { className: "note sent-problem" }, `prompt sent: ${sent.problem || "not kept"}`);
+    const part = (ref) => typeof ref === "string" ? el("pre", { className: "sent-text" }, texts[ref] ?? "")
+      : el("div", { className: "sent-frames" }, ref.frames ? `[${ref.frames} video frames]` : `[${ref.stills} stills]`);
+    return el("details", { className: "sent" }, el("summary", {}, "prompt sent"),
+      sent.messages.map(([role, parts]) => el("div", { className: "sent-message" }, el("h4", {}, role), parts.map(part))));
   }
 
   function judgement(inst, v) {
@@ -188,8 +234,10 @@
 
   function methodView(inst, m) {
     const v = inst.by[m.id];
+    const texts = inst.texts[m.id] || {};
     const head = el("h3", { title: m.config_hash }, m.label);
     if (!v) return el("section", { className: "method absent", "data-method": m.id }, head, el("p", {}, "no record"));
+    const sent = v.strip.count;
     const parse = v.parse_status ? v.parse_status + (v.parse_error ? ` (${v.parse_error})` : "") : null;
     const tokens = v.tokens && (v.tokens.prompt !== null || v.tokens.completion !== null)
       ? `${v.tokens.prompt ?? "?"} prompt, ${v.tokens.completion ?? "?"} completion` : null;
@@ -198,9 +246,11 @@
       "data-answer": v.answer || "", "data-decision": v.decision || "",
     }, head,
     el("div", { className: "verdict" }, verdict(inst, v)),
-    el("div", { className: "frames", "data-count": v.frames.length }, v.frames.map(frame)),
+    el("div", { className: "frames", "data-count": sent }, v.frames.map(frame)),
+    sent > v.frames.length ? fullStrip(v, sent) : null,
+    sentPrompt(v, texts),
     dl([
-      ["frames", `${v.frames.length} shown`],
+      ["frames", sent > v.frames.length ? `${sent} sent, ${v.frames.length} shown` : `${sent} sent`],
       ["output", el("pre", { className: "output" }, v.output ?? "")],
       ["parse", parse],
       ["judge", inst.family === "adaptive" ? el("span", { className: "judgement" }, judgement(inst, v)) : null],
@@ -231,6 +281,19 @@
       grid);
   }
 
+  // One instance whole from its loaded chunks: its own fields, and each shown method's cell and texts.
+  function assemble(e, off) {
+    const by = {};
+    const texts = {};
+    for (const [i, m] of D.methods.entries()) {
+      const name = cellChunk(e, i);
+      if (!name || off.has(m.id)) continue;
+      by[m.id] = chunks[name].rows[e.key];
+      texts[m.id] = chunks[name].texts;
+    }
+    return { ...chunks[ownChunk(e)].rows[e.key], differs: e.differs, by, texts };
+  }
+
   function render() {
     const shown = D.instances.filter(matches);
     const size = Number(state.size) || 25;
@@ -238,6 +301,9 @@
     state.page = Math.min(Math.max(0, state.page), pages - 1);
     const start = state.page * size;
     const page = shown.slice(start, start + size);
+    const off = hidden();
+    const wanted = page.flatMap((e) => [ownChunk(e),
+      ...D.methods.map((m, i) => (off.has(m.id) ? null : cellChunk(e, i))).filter(Boolean)]);
     $("count").textContent = shown.length
       ? `${start + 1}–${start + page.length} of ${shown.length} (page ${state.page + 1} of ${pages})`
       : `0 of ${D.instances.length} match`;
@@ -250,9 +316,10 @@
       if (mine !== renders) return;  // a newer render has started: it will show its own rows
       $("rows").replaceChildren(...nodes);
       document.body.dataset.busy = "0";
+      document.body.dataset.shownMs ||= String(Math.round(performance.now()));  // the first page: ms since navigation
     };
-    Promise.all([...new Set(page.map((e) => e.chunk))].map(loadChunk))
-      .then(() => show(page.map((e) => instanceView(chunks[e.chunk][e.key]))))
+    Promise.all([...new Set(wanted)].map(loadChunk))
+      .then(() => show(page.map((e) => instanceView(assemble(e, off)))))
       .catch((err) => show([el("p", { className: "note" }, String(err))]));
   }
 
