@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from apm.cli.judge import main as judge
 from hydra import compose, initialize_config_dir
 
-from apm.judge.cli import main as judge
 from apm.runner.app import CONF_DIR, run_async, run_dir_of
 from apm.synth import generate
 
@@ -109,7 +109,7 @@ def first_page_s(site: Path) -> float | None:
         driver.quit()
 
 
-MEASURED = ("import resource, sys; from apm.view.cli import main; code = main(sys.argv[1:]); "
+MEASURED = ("import resource, sys; from apm.cli.view import main; code = main(sys.argv[1:]); "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(code)")
 """``apm-view`` in a child that reports its own peak RSS (KiB) last on stderr."""
 

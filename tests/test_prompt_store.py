@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from runner_helpers import compose_run, records, run
 
-from apm.records.rundir import RunDir
 from apm.records.prompts import PromptUnavailable, canon_digest, keep, reader, refs, restore, text_digest
+from apm.records.rundir import RunDir
 from apm.synth import generate
 
 METHODS = {

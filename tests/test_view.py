@@ -27,8 +27,6 @@ from apm.cli.judge import main as judge
 from apm.cli.view import main as view
 from apm.data.instances import release_instances
 from apm.data.release import load_release
-from apm.cli.judge import main as judge
-from apm.cli.view import main as view
 from apm.records.prompts import reader, restore
 from apm.records.rundir import RunDir
 from apm.reduce import load_runs, score_table

@@ -31,8 +31,8 @@ from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE, EA, MCQA_TASKS, TASKS
 from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
-from apm.records.rundir import RunDir, find_runs
 from apm.records.prompts import PromptUnavailable, restore, text_digest, text_path
+from apm.records.rundir import RunDir, find_runs
 from apm.reduce import RunSet, load_runs, score_table
 from apm.reduce.coverage import PARTIAL, coverage_by_method
 from apm.reduce.names import row_label, row_rank
