@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from apm.cli.judge import main as judge
 from hydra import compose, initialize_config_dir
 
+from apm.cli.judge import main as judge
 from apm.runner.app import CONF_DIR, run_async, run_dir_of
 from apm.synth import generate
 
