@@ -10,8 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from runner_helpers import compose_run, run
 
+from apm.cli.judge import main as judge_main
+from apm.cli.publish import main as publish_main
 from apm.cli.reduce import main as reduce_main
+from apm.cli.view import main as view_main
 from apm.scale.submit import request_totals, unset_slurm_settings
 from apm.synth import generate
 from apm.testing import fixtures
@@ -33,6 +37,36 @@ def test_a_judge_typo_names_the_judges_on_record_and_writes_nothing(tmp_path: Pa
                     "judge-x?); nothing written"]
     assert not out.exists()
     assert reduce_main([str(root), "--out", str(out), "--judge", "judge-x", "--bootstrap", "0", "--no-figures"]) == 0
+
+
+@pytest.fixture(scope="module")
+def judged_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real run of the tiny release, judged gate-only (judge ``Gate-only reference judge (no LLM)``)."""
+    tmp = tmp_path_factory.mktemp("judged")
+    release = generate(tmp / "rel", seed=3, scale="tiny")
+    run_dir = run(compose_run(release, tmp / "runs", tmp / "cache", ["memory=none", "backbone=random"]))
+    assert judge_main([str(run_dir), "judge=gate_only"]) == 0
+    return tmp / "runs"
+
+
+@pytest.mark.parametrize("prog, main, flags", [
+    ("apm-reduce", reduce_main, ["--out", "{out}", "--bootstrap", "0", "--no-figures"]),
+    ("apm-publish", publish_main, ["--dir", "{out}", "--bootstrap", "0"]),
+    ("apm-view", view_main, ["--out", "{out}"]),
+])
+def test_every_tool_refuses_a_judge_typo_in_the_same_line(judged_run: Path, tmp_path: Path, prog: str, main,
+                                                          flags: list[str], capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-home"))
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)
+    out = tmp_path / "out"
+    argv = [str(judged_run), *(f.format(out=out) for f in flags)]
+    assert main([*argv, "--judge", "Gate-only reference judge"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"{prog}: --judge Gate-only reference judge: no judgement on record has it (on record: Gate-only reference "
+        "judge (no LLM); did you mean Gate-only reference judge (no LLM)?); nothing written")
+    assert not out.exists() and not (tmp_path / "wandb-home").exists()
 
 
 def test_verbose_shows_hydras_whole_message(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
 import time
@@ -18,7 +17,7 @@ from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sy
 from apm.records.atomic import OutputRefused, claim_output, replaced_output, write_json_atomically
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
-from apm.reduce.load import MixedReleases, RunSet, load_runs, one_release
+from apm.reduce.load import MixedReleases, RunSet, UnmatchedPreference, check_preference, load_runs, one_release
 from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import judge_note, score_table, unjudged_probes
@@ -53,19 +52,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--wandb-mode", default=os.environ.get("WANDB_MODE", "offline"),
                    choices=["online", "offline", "disabled"], help="default: $WANDB_MODE, else offline")
     return p
-
-
-def unmatched_preference(judgements: pd.DataFrame, judge: str | None, rubric: str | None) -> str | None:
-    """Why ``--judge`` / ``--rubric`` selects no judgement on record (a typo would silently fall back to
-    the others), naming what is on record and the nearest; None when each matches some judgement."""
-    for flag, column, wanted in (("--judge", "judge", judge), ("--rubric", "rubric_version", rubric)):
-        present = sorted({str(v) for v in judgements[column].dropna()}) if column in judgements else []
-        if wanted is not None and str(wanted) not in present:
-            near = difflib.get_close_matches(str(wanted), present, n=1)
-            hint = f"; did you mean {near[0]}?" if near else ""
-            return (f"{flag} {wanted}: no judgement on record has it (on record: {', '.join(present) or 'none'}"
-                    f"{hint})")
-    return None
 
 
 def coverage_warnings(scores: pd.DataFrame) -> list[str]:
@@ -140,9 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = load_runs(args.runs, args.judge, args.rubric) if args.runs else None
         if runs is not None:
             one_release(runs.records)
-            if unmatched := unmatched_preference(runs.judgements, args.judge, args.rubric):
-                print(f"{PROG}: {unmatched}; nothing written", file=sys.stderr)
-                return 2
+            check_preference(runs.judgements, args.judge, args.rubric)
         unjudged = unjudged_probes(runs.records, runs.judgements) if runs is not None else 0
         if unjudged and not args.allow_unjudged:
             print(f"apm-reduce: {unjudged} gate-passing adaptive probe(s) have no judgement (none, a failed one, or "
@@ -170,6 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except MixedReleases as e:
         print(f"apm-reduce: {e}", file=sys.stderr)
+        return 2
+    except UnmatchedPreference as e:
+        print(f"{PROG}: {e}; nothing written", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"apm-reduce: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from apm.errors import OneLineParser, console_script, note_skipped
 from apm.records.atomic import OutputRefused
+from apm.reduce import UnmatchedPreference
 from apm.view.collect import ReleaseChanged
 from apm.view.site import DEFAULT_FRAMES_PER_CELL, PROG, build_site
 
@@ -43,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         site = build_site(args.runs, args.out, args.judge, args.thumb_side, args.frames_per_cell)
     except (OutputRefused, ReleaseChanged) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    except UnmatchedPreference as e:
+        print(f"{PROG}: {e}; nothing written", file=sys.stderr)
         return 2
     except OSError as e:  # a run dir that is not there, or a site that cannot be written (disk full, …)
         print(f"apm-view: {e.strerror or e}: {e.filename or args.out}", file=sys.stderr)

@@ -54,7 +54,7 @@ from apm.publish.source import Method, read_methods, sweep_root
 from apm.publish.thumbnails import Strip, Thumbnails
 from apm.records.atomic import OUTPUT_LOCK, OutputRefused, claim_output, read_marker, write_marker
 from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
-from apm.reduce.load import run_dirs
+from apm.reduce.load import check_preference, run_dirs
 from apm.reduce.scores import SCORE_COLUMNS
 from apm.video.cache import FrameCache
 from apm.video.thumbnails import run_sampling
@@ -362,7 +362,7 @@ def method_runs(m: Method, opts: PublishOptions, releases: dict[str, Release | N
 def read_all(paths: Iterable[str | Path], opts: PublishOptions) -> list[Method]:
     """Every method found at or below ``paths``; the publish folders are claimed first (a refusal comes
     before any record is read) and a config hash in two run dirs is refused (their W&B runs would
-    overwrite each other)."""
+    overwrite each other), as is a ``--judge`` / ``--rubric`` no judgement has (:func:`check_preference`)."""
     found = run_dirs(paths)
     for directory in sorted({publish_dir(d, opts) for d in found}):
         claim_output(directory, PROG)
@@ -371,6 +371,8 @@ def read_all(paths: Iterable[str | Path], opts: PublishOptions) -> list[Method]:
     for m in methods:
         if homes.setdefault(m.config_hash, m.run_dir) != m.run_dir:
             raise ValueError(f"config {m.config_hash} is in two run dirs: {homes[m.config_hash]} and {m.run_dir}")
+    if methods:
+        check_preference(pd.concat([m.judgements for m in methods], ignore_index=True), opts.judge, opts.rubric)
     return methods
 
 

@@ -6,11 +6,19 @@ Stages: :mod:`load` (JSONL → DataFrames) → :mod:`units` (per-candidate suffi
 """
 
 from apm.reduce.compare import compare_runs
-from apm.reduce.load import RunSet, load_judgements, load_memory, load_records, load_runs
+from apm.reduce.load import (
+    RunSet,
+    UnmatchedPreference,
+    check_preference,
+    load_judgements,
+    load_memory,
+    load_records,
+    load_runs,
+)
 from apm.reduce.scores import SCORE_COLUMNS, read_scores, score_table
 from apm.reduce.tables import write_tables
 
 __all__ = [
-    "RunSet", "SCORE_COLUMNS", "compare_runs", "load_judgements", "load_memory", "load_records",
-    "load_runs", "read_scores", "score_table", "write_tables",
+    "RunSet", "SCORE_COLUMNS", "UnmatchedPreference", "check_preference", "compare_runs", "load_judgements",
+    "load_memory", "load_records", "load_runs", "read_scores", "score_table", "write_tables",
 ]

@@ -7,6 +7,7 @@ for duplicate keys the newest line wins (greatest ``revision``, then ``written_n
 
 from __future__ import annotations
 
+import difflib
 import json
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -287,6 +288,22 @@ def load_judgements(
     ordered = stamped.assign(_wanted=wanted.fillna(False)).sort_values("_wanted", kind="stable")
     last = ordered.drop_duplicates(["config_hash", "key"], keep="last").drop(columns="_wanted")
     return last.sort_index().reset_index(drop=True)
+
+
+class UnmatchedPreference(ValueError):
+    """``--judge`` / ``--rubric`` names what no judgement on record has: a typo would silently select the others."""
+
+
+def check_preference(judgements: pd.DataFrame, judge: str | None, rubric: str | None) -> None:
+    """Refuse (:class:`UnmatchedPreference`, naming what is on record and the nearest) a ``--judge`` or
+    ``--rubric`` that no judgement in ``judgements`` has; the one check of apm-reduce, apm-publish, apm-view."""
+    for flag, column, wanted in (("--judge", "judge", judge), ("--rubric", "rubric_version", rubric)):
+        present = sorted({str(v) for v in judgements[column].dropna()}) if column in judgements else []
+        if wanted is not None and str(wanted) not in present:
+            near = difflib.get_close_matches(str(wanted), present, n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            raise UnmatchedPreference(f"{flag} {wanted}: no judgement on record has it (on record: "
+                                      f"{', '.join(present) or 'none'}{hint})")
 
 
 def _current(judgements: pd.DataFrame, records: pd.DataFrame) -> pd.Series:

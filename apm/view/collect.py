@@ -33,7 +33,7 @@ from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
 from apm.records.prompts import PromptUnavailable, restore, text_digest, text_path
 from apm.records.rundir import RunDir, find_runs
-from apm.reduce import RunSet, load_runs, score_table
+from apm.reduce import RunSet, check_preference, load_runs, score_table
 from apm.reduce.coverage import PARTIAL, coverage_by_method
 from apm.reduce.names import row_label, row_rank
 from apm.reduce.scores import judge_names, method_info
@@ -413,6 +413,7 @@ class Views:
             raise FileNotFoundError(2, "no run dir (config.json beside records/) at or below",
                                     " ".join(map(str, paths)))
         runs = load_runs([d.path for d in dirs], judge)
+        check_preference(runs.judgements, judge, None)
         judgements = {pick: line for pick, (_, line) in chosen(runs.judgements, _lines(dirs, "judgements")).items()}
         releases = Releases()
         for run in dirs:
