@@ -10,7 +10,17 @@ from typing import Any
 import pytest
 from runner_helpers import compose_run, records, run
 
-from apm.records.prompts import PromptUnavailable, canon_digest, keep, reader, refs, restore, text_digest
+from apm.records.prompts import (
+    NOT_KEPT,
+    PromptUnavailable,
+    canon_digest,
+    keep,
+    reader,
+    refs,
+    restore,
+    sent_text,
+    text_digest,
+)
 from apm.records.rundir import RunDir
 from apm.synth import generate
 
@@ -70,3 +80,15 @@ def test_a_changed_or_missing_text_is_refused(tmp_path: Path) -> None:
     (RunDir(tmp_path).prompts / f"{text_digest('a')}.txt").unlink()
     with pytest.raises(PromptUnavailable, match="FileNotFoundError"):
         restore(kept, frames, canon_digest(canon), reader(tmp_path))
+
+
+def test_the_text_shown_is_what_was_sent_or_says_why_not(tmp_path: Path) -> None:
+    canon: list[list[Any]] = [["system", ["S"]], ["user", ["a", ["D1/S1", 0], ["D1/S1", 2.0], ["D1/S2", 1, "still"],
+                                                            "b"]]]
+    frames = [{"session": "D1/S1", "offset": 0}, {"session": "D1/S1", "offset": 2.0}, {"session": "D1/S2", "offset": 1}]
+    record = {"prompt": keep(tmp_path, canon), "frames": frames, "prompt_sha256": canon_digest(canon)}
+    assert sent_text(record, reader(tmp_path)) == "[system]\nS\n\n[user]\na\n[2 frames]\n[1 stills]\nb"
+    assert sent_text({**record, "prompt": None}, reader(tmp_path)) == NOT_KEPT
+    (RunDir(tmp_path).prompts / f"{text_digest('b')}.txt").write_text("B", encoding="utf-8")
+    assert sent_text(record, reader(tmp_path)) == ("not shown: the kept prompt does not reproduce the record's "
+                                                   "prompt_sha256")

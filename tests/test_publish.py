@@ -42,6 +42,7 @@ from apm.publish.wandb_runs import parts, run_id
 from apm.records.atomic import MARKER, OUTPUT_LOCK
 from apm.records.jsonl import latest_records
 from apm.records.lock import WriterLock
+from apm.records.prompts import as_text, reader, restore
 from apm.synth import generate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,6 +245,12 @@ def test_instance_tables_show_what_was_asked_answered_judged_and_seen(published,
     assert judged and all(r["judge_score"] == 5 and r["judge_status"] == "ok" and "gate" in r["justification"]
                           for r in judged)
     assert {r["parse_status"] for r in rows} == {"ok"} and all(r["ttft_s"] is not None for r in rows)
+    by_key = {r["key"]: r for r in recs}
+    for row in rows:  # the prompt really sent, rebuilt from RUN_DIR/prompts and checked against its digest
+        rec = by_key[row["key"]]
+        canon = restore(rec["prompt"], rec["frames"], rec["prompt_sha256"], reader(Path(run.config["run_dir"])))
+        assert row["prompt"] == as_text(canon) and row["prompt"].startswith("[system]\n")
+    assert er["question"] in er["prompt"] and f"[{er['n_frames']} frames]" in er["prompt"]
 
     wrong = [r for r in rows if r["correct"] is False or r["gate_pass"] is False]
     assert wrong and all(r["frames"] for r in wrong) and not any(r["frames"] for r in rows if r not in wrong)

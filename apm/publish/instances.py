@@ -1,12 +1,14 @@
 """Per-instance tables worth opening: one row per instance, keyed and sorted by its stable ``key`` so
 an instance lines up across methods, with what it asked (the question and options, or the probe's
-checkpoint text, from the release), what came back and what was right, the gate, the judge's score
+checkpoint text, from the release), the prompt really sent (rebuilt from ``RUN_DIR/prompts/`` and
+verified against ``prompt_sha256``), what came back and what was right, the gate, the judge's score
 and justification, parse status and reason, latency, memory bytes and a strip of the frames shown."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 import pandas as pd
@@ -14,11 +16,12 @@ import pandas as pd
 from apm.data.model import Candidate, Release
 from apm.publish.source import NOTE_FIELDS, Method, stamp
 from apm.publish.thumbnails import Thumbnails
+from apm.records.prompts import reader, sent_text
 
 COLUMNS = (
     "key", "task", "family", "probe_id", "polarity", "session", "probe_time", "question", "options",
     "checkpoint", "correct_option", "evidence_available", "answer", "decision", "correct", "gate_pass",
-    "judge_score", "judge_status", "justification", "parse_status", "parse_error", "error", "output",
+    "judge_score", "judge_status", "justification", "parse_status", "parse_error", "error", "output", "prompt",
     "ttft_s", "total_s", "memory_bytes", "n_frames", "frames",
 )
 POINT_TEXT = ("proactive_response", "response_reason", "reason", "response_window_rationale",
@@ -103,9 +106,11 @@ def asked(c: Candidate | None, rec: Mapping[str, Any]) -> dict[str, Any]:
 def instance_rows(
     m: Method, candidates: Candidates, thumbnails: Thumbnails | None, all_frames: bool = False
 ) -> list[list[Any]]:
-    """The rows of :data:`COLUMNS`, sorted by key; a strip only for wrong or failed instances (every
+    """The rows of :data:`COLUMNS`, sorted by key (``prompt``: the text sent, or why it is not shown,
+    :func:`apm.records.prompts.sent_text`); a strip only for wrong or failed instances (every
     instance with ``all_frames``) and only when the frames can be read."""
     judged = {j["key"]: j for j in m.judgements.to_dict("records")}
+    kept_text = lru_cache(maxsize=None)(reader(m.run_dir))  # a template's text is read once per run dir
     rows = []
     for rec in sorted(m.records.to_dict("records"), key=lambda r: r["key"]):
         j = judged.get(rec["key"], {})
@@ -117,7 +122,7 @@ def instance_rows(
             **asked(candidates.get((str(rec["trajectory_id"]), str(rec["candidate_id"]))), rec),
             "session": f"{rec['day_id']}/{rec['session_id']}",
             "judge_score": j.get("score"), "judge_status": j.get("status"), "justification": note.get("justification"),
-            "n_frames": len(frames),
+            "prompt": sent_text(rec, kept_text), "n_frames": len(frames),
             "frames": (thumbnails.strip(str(rec["trajectory_id"]), frames)
                        if wanted and thumbnails is not None else None),
         }

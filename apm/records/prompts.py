@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,35 @@ def restore(prompt: Sequence[Sequence[Any]], frames: Sequence[Mapping[str, Any]]
     if canon_digest(canon) != prompt_sha256:
         raise PromptUnavailable("the kept prompt does not reproduce the record's prompt_sha256")
     return canon
+
+
+NOT_KEPT = "not kept: the run predates kept prompts (only prompt_sha256 is on record)"
+"""What is shown for a record made before prompts were kept (it has no ``prompt``)."""
+
+
+def as_text(canon: Canon) -> str:
+    """A restored prompt for reading: each message under its role, texts as sent, each run of frames
+    (or stills) as one ``[n frames]`` mark where they were sent."""
+    messages = []
+    for role, parts in canon:
+        shown: list[str] = []
+        for kind, run in groupby(parts, key=lambda part: "text" if isinstance(part, str) else _frame_run(part)):
+            items = list(run)
+            shown += [str(t) for t in items] if kind == "text" else [f"[{len(items)} {kind}]"]
+        messages.append(f"[{role}]\n" + "\n".join(shown))
+    return "\n\n".join(messages)
+
+
+def sent_text(record: Mapping[str, Any], read_text: Callable[[str], str]) -> str:
+    """What a record's backbone was sent, as text (:func:`as_text`), verified against its
+    ``prompt_sha256``; else why not: :data:`NOT_KEPT`, or the reason it cannot be rebuilt."""
+    prompt = record.get("prompt")
+    if not isinstance(prompt, list) or not prompt:
+        return NOT_KEPT
+    try:
+        return as_text(restore(prompt, record.get("frames") or [], record.get("prompt_sha256"), read_text))
+    except PromptUnavailable as e:
+        return f"not shown: {e}"
 
 
 def reader(run_dir: Path) -> Callable[[str], str]:

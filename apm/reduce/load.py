@@ -135,7 +135,7 @@ DETAIL_FIELDS: list[Field] = [
     (c, _get(c))
     for c in (
         "day_id", "session_id", "probe_id", "probe_time", "correct_option", "output", "parse_error",
-        "frames", "prompt_version", "prompt_sha256", "memory_bytes", "attempts",
+        "frames", "prompt_version", "prompt_sha256", "prompt", "memory_bytes", "attempts",
     )
 ] + [
     ("prep_s", _nested("latency", "prep_s")),
@@ -143,7 +143,8 @@ DETAIL_FIELDS: list[Field] = [
     ("prompt_tokens", _nested("tokens", "prompt")),
     ("completion_tokens", _nested("tokens", "completion")),
 ]
-"""What a person drilling into instances also wants (the notebook)."""
+"""What a person drilling into instances also wants (the notebook, the W&B instance tables); ``prompt``
+names the kept text parts (:func:`apm.records.prompts.sent_text` rebuilds what was sent)."""
 
 JUDGEMENT_FIELDS: list[Field] = _RUN_FIELDS + [
     (c, _get(c)) for c in (

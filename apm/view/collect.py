@@ -31,7 +31,7 @@ from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE, EA, MCQA_TASKS, TASKS
 from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
-from apm.records.prompts import PromptUnavailable, restore, text_digest, text_path
+from apm.records.prompts import NOT_KEPT, PromptUnavailable, restore, text_digest, text_path
 from apm.records.rundir import RunDir, find_runs
 from apm.reduce import RunSet, check_preference, load_runs, score_table
 from apm.reduce.coverage import PARTIAL, coverage_by_method
@@ -338,7 +338,7 @@ def sent_prompt(record: Line, run: ViewedRun) -> tuple[dict[str, Any], dict[str,
     count) once it reproduces ``prompt_sha256``, and the texts by digest; or why it cannot be shown."""
     refs = record.get("prompt")
     if not refs:
-        return {"problem": "not kept: the run predates kept prompts (only prompt_sha256 is on record)"}, {}
+        return {"problem": NOT_KEPT}, {}
     try:
         canon = restore(refs, record.get("frames") or [], record.get("prompt_sha256"),
                         lambda digest: _kept_text(text_path(run.path, digest)))
