@@ -10,6 +10,7 @@ from typing import get_args
 
 import jsonschema
 import pytest
+from runner_helpers import compose_run, records, run
 
 from apm.data.tasks import EA, TASKS
 from apm.records.model import (
@@ -19,9 +20,11 @@ from apm.records.model import (
     Latency,
     Task,
     json_schema,
+    named,
     schema_text,
     write_schemas,
 )
+from apm.synth import generate
 from apm.testing import fixtures
 
 
@@ -63,3 +66,28 @@ def _first_column(doc: str, heading: str) -> set[str]:
 def test_the_records_doc_lists_exactly_the_model_fields(heading: str, model: type) -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "records.md").read_text(encoding="utf-8")
     assert _first_column(doc, heading) == {f.name for f in fields(model)}
+
+
+def test_hand_picked_columns_are_checked_against_the_model() -> None:
+    assert named(InstanceRecord, "gate_pass", "latency.ttft_s", "run.config_hash") == (
+        "gate_pass", "latency.ttft_s", "run.config_hash")
+    for wrong in ("gate_passed", "latency.ttft", "key.inner", "run.nowhere"):
+        with pytest.raises(ValueError, match=f"^{wrong}: not a field of InstanceRecord"):
+            named(InstanceRecord, "key", wrong)
+
+
+def test_the_fixture_record_has_exactly_the_fields_every_line_must_have() -> None:
+    required = {f.name for f in fields(InstanceRecord) if not f.metadata["absent_ok"]}
+    assert set(fixtures.record("ER", "C1")) == required
+    with pytest.raises(ValueError, match="^gate_passed: not a field"):
+        fixtures.record("ER", "C1", gate_passed=True)  # a typo no longer makes a record with one field more
+
+
+@pytest.mark.parametrize("overrides", [["memory=raw_video", "backbone=oracle"],
+                                       ["memory=event_memory", "backbone=random"]])
+def test_the_runner_writes_exactly_the_model_fields(tmp_path: Path, overrides: list[str]) -> None:
+    """Every field of the model, none left out (even those older lines may lack) and none beside it."""
+    release = generate(tmp_path / "rel", seed=3, scale="tiny")
+    run_dir = run(compose_run(release, tmp_path / "runs", tmp_path / "cache", [*overrides, "backbone.max_frames=4"]))
+    lines = records(run_dir)
+    assert lines and all(set(line) == {f.name for f in fields(InstanceRecord)} for line in lines)

@@ -230,6 +230,26 @@ def values(model: type, name: str) -> tuple[Any, ...]:
     return get_args(next(t for t in (tp, *get_args(tp)) if get_origin(t) is Literal))
 
 
+def _model_in(tp: Any) -> type | None:
+    """The line model a field's type holds (through ``X | None`` and ``Annotated``), else None."""
+    for t in (tp, *get_args(tp)):
+        if isinstance(t, type) and is_dataclass(t):
+            return t
+    return None
+
+
+def named(model: type, *names: str) -> tuple[str, ...]:
+    """``names`` as given, once each is a field of ``model`` (``outer.inner``: through its nested models);
+    else ``ValueError`` naming the first that is not, so a hand-picked list of columns cannot drift from it."""
+    for name in names:
+        here: type | None = model
+        for part in name.split("."):
+            if here is None or part not in {f.name for f in fields(here)}:
+                raise ValueError(f"{name}: not a field of {model.__name__} (apm.records.model)")
+            here = _model_in(get_type_hints(here)[part])
+    return names
+
+
 SCALARS = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object", list: "array"}
 MODELS = {"record.schema.json": InstanceRecord, "memory.schema.json": MemoryLine}
 """Each schema file and the model it is generated from."""

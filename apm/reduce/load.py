@@ -20,6 +20,7 @@ import pandas as pd
 from apm.records.declaration import Declaration, from_record, method_kind
 from apm.records.judging import needs_judge, response_digest, verifies
 from apm.records.lines import Kind, Skipped, read_lines
+from apm.records.model import InstanceRecord, MemoryLine, RunBlock, named
 from apm.records.rundir import RunDir, find_runs
 from apm.reduce.coverage import PlanFile, read_plans
 
@@ -54,6 +55,13 @@ def _get(name: str) -> Callable[[Row], Any]:
 
 def _nested(outer: str, inner: str) -> Callable[[Row], Any]:
     return lambda r: (r.get(outer) or {}).get(inner)
+
+
+def _field(model: type, name: str) -> Callable[[Row], Any]:
+    """The getter of a field of a line model (``outer.inner``: one level down), checked against the model
+    (:func:`apm.records.model.named`) when this module loads."""
+    outer, _, inner = named(model, name)[0].partition(".")
+    return _nested(outer, inner) if inner else _get(outer)
 
 
 def _response_digest(r: Row) -> str | None:
@@ -107,7 +115,7 @@ def _capability(name: str) -> Callable[[Row], str]:
     return capability
 
 
-_RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in [*METHOD, RELEASE]] + [
+_RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in named(RunBlock, *METHOD, RELEASE)] + [
     ("memory_config", _choice("memory")), ("backbone_config", _choice("backbone")),
     ("memory_variant", _variant("memory", "writer", chosen="writer")), ("backbone_variant", _variant("backbone")),
     ("settings", _variant("frames", "generation", keep_prefix=True)),
@@ -116,32 +124,33 @@ _RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in [*METHOD, RELEASE]] 
 ]
 
 RECORD_FIELDS: list[Field] = _RUN_FIELDS + [
-    (c, _get(c))
+    (c, _field(InstanceRecord, c))
     for c in (
         "key", "trajectory_id", "candidate_id", "task", "family", "polarity", "evidence_available",
         "original_candidate_id", "parse_status", "decision", "answer", "correct", "gate_pass", "error",
         "written_ns", "revision",
     )
 ] + [
-    ("ttft_s", _nested("latency", "ttft_s")),
-    ("total_s", _nested("latency", "total_s")),
-    ("rtf", _nested("latency", "rtf")),
-    ("latency_mode", _nested("latency", "mode")),
+    ("ttft_s", _field(InstanceRecord, "latency.ttft_s")),
+    ("total_s", _field(InstanceRecord, "latency.total_s")),
+    ("rtf", _field(InstanceRecord, "latency.rtf")),
+    ("latency_mode", _field(InstanceRecord, "latency.mode")),
     ("response_sha256", _response_digest),
 ]
-"""What scoring needs from a record (``response_sha256`` is computed, for judged records only)."""
+"""What scoring needs from a record (``response_sha256`` is computed, for judged records only); every
+field named is checked against the record model (:class:`apm.records.model.InstanceRecord`) at import."""
 
 DETAIL_FIELDS: list[Field] = [
-    (c, _get(c))
+    (c, _field(InstanceRecord, c))
     for c in (
         "day_id", "session_id", "probe_id", "probe_time", "correct_option", "output", "parse_error",
         "frames", "prompt_version", "prompt_sha256", "prompt", "memory_bytes", "attempts",
     )
 ] + [
-    ("prep_s", _nested("latency", "prep_s")),
-    ("prefix_s", _nested("latency", "prefix_s")),
-    ("prompt_tokens", _nested("tokens", "prompt")),
-    ("completion_tokens", _nested("tokens", "completion")),
+    ("prep_s", _field(InstanceRecord, "latency.prep_s")),
+    ("prefix_s", _field(InstanceRecord, "latency.prefix_s")),
+    ("prompt_tokens", _field(InstanceRecord, "tokens.prompt")),
+    ("completion_tokens", _field(InstanceRecord, "tokens.completion")),
 ]
 """What a person drilling into instances also wants (the notebook, the W&B instance tables); ``prompt``
 names the kept text parts (:func:`apm.records.prompts.sent_text` rebuilds what was sent)."""
@@ -154,7 +163,7 @@ JUDGEMENT_FIELDS: list[Field] = _RUN_FIELDS + [
 ] + [("verified", verifies)]
 """``verified``: the line's content digest matches its fields (:func:`apm.records.judging.verifies`)."""
 MEMORY_FIELDS: list[Field] = _RUN_FIELDS + [
-    (c, _get(c))
+    (c, _field(MemoryLine, c))
     for c in ("trajectory_id", "session_index", "bytes", "prior_hours", "update_s", "error", "written_ns", "revision")
 ]
 

@@ -20,6 +20,7 @@ import orjson
 from apm.data.tasks import ADAPTIVE, CROSS_SESSION, EA, FAMILY_OF, MCQA_OPTIONS, PERCEPTION
 from apm.records.declaration import Declaration
 from apm.records.judging import signed
+from apm.records.model import InstanceRecord, named
 from apm.records.rundir import RunDir
 
 Line = dict[str, Any]
@@ -50,7 +51,9 @@ def latency(ttft_s: float | None = 1.0, total_s: float | None = 2.0, rtf: float 
 
 
 def record(task: str, candidate: str, probe: str = "query", trajectory: str = "T1", **fields: Any) -> Line:
-    """One record with every contract field; defaults describe a correct, well-formed MCQA answer."""
+    """One record with every field a line must have (:class:`apm.records.model.InstanceRecord`); defaults
+    describe a correct, well-formed MCQA answer; an override that is no field of the model is refused."""
+    named(InstanceRecord, *fields)
     line: Line = {
         "key": f"{trajectory}/{candidate}/{probe}",
         "run": run_info(),

@@ -31,6 +31,7 @@ from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE, EA, MCQA_TASKS, TASKS
 from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
+from apm.records.model import InstanceRecord, named
 from apm.records.prompts import NOT_KEPT, PromptUnavailable, restore, text_digest, text_path
 from apm.records.rundir import RunDir, find_runs
 from apm.reduce import RunSet, check_preference, load_runs, score_table
@@ -56,10 +57,11 @@ SCORES: tuple[tuple[str, str, str], ...] = (
 )
 """The score columns at the top of the page: (metric, task, heading), as in ``scores.csv``."""
 
-RECORD_FIELDS = (
-    "output", "finish_reason", "parse_status", "parse_error", "decision", "answer", "correct", "gate_pass",
-    "error", "prompt_version", "prompt_sha256", "tokens", "truncation", "memory_bytes", "attempts",
+RECORD_FIELDS = named(
+    InstanceRecord, "output", "finish_reason", "parse_status", "parse_error", "decision", "answer", "correct",
+    "gate_pass", "error", "prompt_version", "prompt_sha256", "tokens", "truncation", "memory_bytes", "attempts",
 )
+"""What a method cell shows of its record, as the record model names them."""
 JUDGEMENT_FIELDS = (
     "judge", "judge_model", "rubric_version", "status", "score", "justification", "critical_issues",
     "criterion_checks", "failure", "error",
