@@ -206,7 +206,8 @@ CASES: dict[str, Callable[[Made, Path], dict]] = {
         "args": ("apm.cli.reduce", "--compare", str(m.root), str(m.runs[0]), "--out", str(t / "report"))},
     "apm-publish: no run dir given": lambda m, t: {"args": ("apm.cli.publish",)},
     "apm-publish: read-only run dir": lambda m, t: {
-        "args": ("apm.cli.publish", str(_copy_run(m, t)), "--bootstrap", "0"), "read_only": t / "copied"},
+        "args": ("apm.cli.publish", str(_copy_run(m, t)), "--bootstrap", "0"), "read_only": t / "copied",
+        "env": {"WANDB_DIR": ""}},  # no WANDB_DIR (CI sets one): the runs would go to the read-only sweep root
     "apm-view: no --out": lambda m, t: {"args": ("apm.cli.view", str(m.root))},
     "apm-view: damaged config.json": lambda m, t: {
         "args": ("apm.cli.view", str(_copy_run(m, t, damage=True)), "--out", str(t / "site")),

@@ -29,6 +29,11 @@ from apm.records.declaration import Declaration, declared
 Role = Literal["system", "user", "assistant"]
 
 
+class EndpointError(RuntimeError):
+    """A preflight check failed; the message is one line saying what to change (here, not in
+    ``openai_api``, so an engine without the HTTP client's dependencies can raise it)."""
+
+
 @dataclass(frozen=True)
 class TextPart:
     """Plain text inside a message."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from apm.backbones.base import Backbone, GenerationSettings, Message, Request, Response
+from apm.backbones.base import Backbone, EndpointError, GenerationSettings, Message, Request, Response
 from apm.backbones.chat_body import ChatBody, FrameMode, media_items
 from apm.backbones.guard import ContextGuard, Policy, text_chars
 from apm.backbones.transport import Fatal, Transport
@@ -41,10 +41,6 @@ def url_credentials_problem(url: str, setting: str) -> str | None:
     where = setting.removesuffix("base_url")
     return (f"{setting}: credentials in the URL ({redact(url)}) are refused (they would be sent as Basic auth "
             f"in place of the key); export the key and name its variable in {where}api_key_env")
-
-
-class EndpointError(RuntimeError):
-    """A preflight check failed; the message is one line saying what to change."""
 
 
 def plain(value: Any) -> Any:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from apm.backbones.base import GenerationSettings, Request, Response
+from apm.backbones.base import EndpointError, GenerationSettings, Request, Response
 from apm.backbones.hf import ChatInputs, FramesAs, to_chat_inputs
-from apm.backbones.openai_api import EndpointError
 from apm.backbones.worker_thread import WorkerThreadBackbone
 from apm.records.declaration import Declaration
 

@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.openai_api import EndpointError, OpenAIBackbone, plain
+from apm.backbones.base import EndpointError
+from apm.backbones.openai_api import OpenAIBackbone, plain
 from apm.backbones.server_process import ServerProcess
 
 DEFAULT_COMMAND = ("vllm", "serve", "{model}")

@@ -14,7 +14,7 @@ from hydra.errors import HydraException
 from hydra.utils import instantiate
 from omegaconf.errors import OmegaConfBaseException
 
-from apm.backbones.openai_api import EndpointError
+from apm.backbones.base import EndpointError
 from apm.configs import CONF_DIR
 from apm.data.problems import ReleaseError
 from apm.errors import OneLineParser, console_script, note_skipped

@@ -12,7 +12,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from apm.backbones.openai_api import EndpointError
+from apm.backbones.base import EndpointError
 from apm.configs import CONF_DIR
 from apm.errors import hold, hydra_guarded
 from apm.records.redact import redact_logging

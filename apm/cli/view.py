@@ -39,7 +39,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.frames_per_cell < 0:
         parser().error("--frames-per-cell must be 0 (every frame) or more")
     started = time.perf_counter()
-    note_skipped(PROG, args.runs, need_config=True)
     try:
         site = build_site(args.runs, args.out, args.judge, args.thumb_side, args.frames_per_cell)
     except (OutputRefused, ReleaseChanged) as e:
@@ -51,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:  # a run dir that is not there, or a site that cannot be written (disk full, …)
         print(f"apm-view: {e.strerror or e}: {e.filename or args.out}", file=sys.stderr)
         return 2
+    note_skipped(PROG, args.runs, need_config=True)  # after any refusal, which stays the one line
     print(f"apm-view: {site.instances} instances x {site.methods} methods, {site.thumbnails} thumbnails "
           f"({site.thumbnail_bytes / 1e6:.1f} MB), {site.chunks} chunks (largest {site.largest_chunk / 1e6:.2f} MB) "
           f"-> {site.index} ({time.perf_counter() - started:.1f} s)")
