@@ -129,8 +129,9 @@ def _preempt(job_id: str) -> None:
 
 
 def _running_shard(root: Path, exclude: set[str]) -> status.ShardStatus | None:
-    """A shard whose job runs and has some, not all, records on disk."""
-    for r in status.sweep_status(root):
+    """A shard whose job runs and has some, not all, records on disk (none before the sweep made its root:
+    ``sweep_status`` refuses a path that does not exist)."""
+    for r in status.sweep_status(root) if root.exists() else []:
         if r.state == "running" and r.job_id and r.job_id not in exclude and r.total and 3 <= r.done <= r.total // 3:
             return r
     return None
