@@ -9,6 +9,7 @@ import json
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Collection, Iterator
@@ -149,6 +150,13 @@ def memory_records(run_dir: Path) -> list[dict[str, Any]]:
 def record_lines(run_root: Path) -> int:
     """Lines in every records file under ``run_root`` (a torn last line counts)."""
     return sum(len(p.read_bytes().splitlines()) for p in run_root.rglob("records/*.jsonl"))
+
+
+def console(name: str, *args: str, env: dict[str, str]) -> None:
+    """Run the installed console script ``name`` (``apm-run``, ``apm-judge`` …) as a user would; it must succeed."""
+    done = subprocess.run([str(Path(sys.executable).parent / name), *args], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def finished(proc: subprocess.Popen, run_root: Path) -> Path:

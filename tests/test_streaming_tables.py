@@ -5,26 +5,18 @@ Qwen2-VL (one trajectory), judged and reduced: their rows reach Tables 3, 4,
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from runner_helpers import first_trajectory
+from runner_helpers import console, first_trajectory
 
 from apm.reduce.figures import radar_figure, tradeoff_figure
 from apm.reduce.scores import read_scores
 from apm.synth import generate
 
 pytestmark = pytest.mark.slow
-BIN = Path(sys.executable).parent
 SPECIALIZED = ("KV-Cache Memory", "Event Memory")
-
-
-def _cli(name: str, *args: str, env: dict[str, str]) -> None:
-    done = subprocess.run([str(BIN / name), *args], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +28,12 @@ def report(tiny_model, tmp_path_factory) -> Path:  # noqa: F811
     common = [f"dataset.root={release}", f"output_root={tmp / 'runs'}", "backbone=tiny_qwen2vl_hf",
               "generation.max_tokens=8", "dataset.include_ea=false", "logging.progress=false",
               "logging.wandb.mode=disabled", "latency.sample=1"]  # Figure 2 needs isolated latency
-    _cli("apm-run", "-m", *common, "memory=none,raw_video,event_memory,kv_cache", env=env)
-    _cli("apm-run", *common, "memory=text_summary", "memory.max_tokens=16", env=env)
+    console("apm-run", "-m", *common, "memory=none,raw_video,event_memory,kv_cache", env=env)
+    console("apm-run", *common, "memory=text_summary", "memory.max_tokens=16", env=env)
     run_dirs = sorted(str(p.parent) for p in (tmp / "runs").rglob("config.json"))
     assert len(run_dirs) == 5
-    _cli("apm-judge", *run_dirs, "judge=gate_only", env=env)
-    _cli("apm-reduce", *run_dirs, "--out", str(tmp / "report"), "--bootstrap", "0", env=env)
+    console("apm-judge", *run_dirs, "judge=gate_only", env=env)
+    console("apm-reduce", *run_dirs, "--out", str(tmp / "report"), "--bootstrap", "0", env=env)
     return tmp / "report"
 
 
