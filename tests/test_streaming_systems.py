@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from omegaconf import DictConfig
 from runner_helpers import (
     assert_storage_is_on_disk,
     compose_run,
@@ -20,7 +21,9 @@ from runner_helpers import (
 )
 
 from apm.data.frames import Frame
+from apm.data.model import Session
 from apm.data.release import load_release
+from apm.streaming.events import change, thumbnail
 from apm.streaming.kv_cache import encode_chunk
 from apm.synth import generate
 from apm.video.cache import FrameCache
@@ -95,7 +98,8 @@ def test_kv_cache_memory_keeps_the_models_own_cache_and_answers_from_it(one, cac
 
 
 def test_event_memory_cuts_events_where_the_scene_changes(tiny, cache, tmp_path):
-    run_dir = run(compose_run(tiny, tmp_path / "runs", cache, EVENTS))
+    cfg = compose_run(tiny, tmp_path / "runs", cache, EVENTS)
+    run_dir = run(cfg)
     recs = records(run_dir)
     assert len(recs) == release_instance_count(tiny) and all(r["error"] is None for r in recs)
     _assert_causal(run_dir, tiny)
@@ -104,17 +108,32 @@ def test_event_memory_cuts_events_where_the_scene_changes(tiny, cache, tmp_path)
     assert earlier  # cross-session questions retrieve earlier sessions' events
     assert_storage_is_on_disk(run_dir)
     world = json.loads((tiny / "synth_world.json").read_text())
-    cuts = hits = 0
-    for traj in world["trajectories"]:
-        for s in traj["sessions"]:
-            state = run_dir / "memory_state" / traj["trajectory_id"]
-            kept = json.loads(next(state.glob(f"*_{s['day_id']}_{s['session_id']}.events.json")).read_text())
-            changes = {seg["start"] for seg in s["timeline"][1:]}
-            starts = [e["start"] for e in kept["events"][1:]]
-            assert set(starts) <= changes  # a cut is always at a scene change on the pixels
+    changes = {seg["start"] for traj in world["trajectories"] for s in traj["sessions"] for seg in s["timeline"][1:]}
+    cut = []
+    for traj in load_release(tiny).trajectories:
+        state = run_dir / "memory_state" / traj.trajectory_id
+        for session in traj.sessions:
+            kept = json.loads(next(state.glob(f"*_{session.key.replace('/', '_')}.events.json")).read_text())
+            assert [e["start"] for e in kept["events"][1:]] == expected_cuts(session, cache, cfg.memory)
             assert all(e["description"] for e in kept["events"])
-            cuts, hits = cuts + len(changes), hits + len(starts)
-    assert hits >= cuts / 3
+            cut += [e["start"] for e in kept["events"][1:]]
+    assert cut and set(cut) <= changes  # the pixels change where the synthetic scene does
+
+
+def expected_cuts(session: Session, cache: Path, memory: DictConfig) -> list[int]:
+    """Where event memory must cut a session (the module's contract): at a frame whose thumbnail differs from
+    the previous one's by more than ``cut`` once the open event has ``min_event_s`` frames, or wherever it
+    reaches ``max_event_s``."""
+    entry = FrameCache(cache).entry(session.video)
+    thumbs = [thumbnail(Frame(session.key, i, session.start + i, entry.jpeg(i)), memory.margin)
+              for i in range(len(entry))]
+    cuts, opened = [], 0
+    for i in range(1, len(thumbs)):
+        scene_changed = change(thumbs[i], thumbs[i - 1]) > memory.cut
+        if i - opened >= memory.max_event_s or (scene_changed and i - opened >= memory.min_event_s):
+            cuts.append(session.start + i)
+            opened = i
+    return cuts
 
 
 def test_event_memory_answers_independently_of_the_probes_asked(tiny, cache, tmp_path):
