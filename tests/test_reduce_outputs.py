@@ -19,8 +19,9 @@ from apm.publish.report import report_run, report_tables, wandb_usable
 from apm.publish.wandb_runs import PublishOptions, chunks, read_all
 from apm.reduce import bootstrap
 from apm.reduce.figures import bubble_areas, spans_decades, write_figures
+from apm.reduce.load import load_runs
 from apm.reduce.names import human_bytes, method_label
-from apm.reduce.scores import SCORE_COLUMNS, read_scores
+from apm.reduce.scores import SCORE_COLUMNS, TASK_ORDER, read_scores
 from apm.testing import fixtures
 
 SIMPLESTREAM = {"memory": SimpleStream.declaration, "backbone": VLLMServerBackbone.declaration}
@@ -42,7 +43,11 @@ def reduced(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_scores_csv(reduced: Path) -> None:
     scores = read_scores(reduced / "scores.csv")
-    assert scores.shape[0] > 100 and scores["judge"].isin(["judge-x", ""]).all()
+    asked = load_runs(p for p in reduced.parent.iterdir() if p != reduced).records
+    per_task = scores[scores["task"].isin(TASK_ORDER)]
+    pairs = {tuple(pair) for pair in per_task[["config_hash", "task"]].drop_duplicates().to_numpy()}
+    assert pairs == {tuple(pair) for pair in asked[["config_hash", "task"]].drop_duplicates().to_numpy()}
+    assert scores["judge"].isin(["judge-x", ""]).all()
     assert set(scores["memory"]) == {"raw_video", "restricted", "none"}
 
 
