@@ -12,7 +12,6 @@ from pathlib import Path
 from apm.errors import OneLineParser, console_script, note_skipped
 from apm.publish.dashboard import build
 from apm.publish.wandb_runs import Published, PublishOptions, publish, sync_command
-from apm.reduce import UnmatchedPreference
 
 
 def parser() -> argparse.ArgumentParser:
@@ -65,10 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as e:
         print(f"apm-publish: no such run directory: {e.filename or e}", file=sys.stderr)
         return 2
-    except UnmatchedPreference as e:
-        print(f"apm-publish: {e}; nothing written", file=sys.stderr)
-        return 2
-    except (ImportError, ValueError) as e:
+    except (ImportError, ValueError) as e:  # UnmatchedPreference among them
         print(f"apm-publish: {e}", file=sys.stderr)
         return 2
     if not published:

@@ -146,17 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             said = _report(args, runs, scores, out)
         if args.wandb and runs is not None:  # after the swap: the report run's artifact is the report in place
             said += _wandb(args)
-    except OutputRefused as e:
-        print(f"apm-reduce: {e}", file=sys.stderr)
+    except (OutputRefused, MixedReleases, UnmatchedPreference) as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:
-        print(f"apm-reduce: no such run directory: {e.filename or e}", file=sys.stderr)
-        return 2
-    except MixedReleases as e:
-        print(f"apm-reduce: {e}", file=sys.stderr)
-        return 2
-    except UnmatchedPreference as e:
-        print(f"{PROG}: {e}; nothing written", file=sys.stderr)
+        print(f"{PROG}: no such run directory: {e.filename or e}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"apm-reduce: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)

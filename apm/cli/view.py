@@ -41,11 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         site = build_site(args.runs, args.out, args.judge, args.thumb_side, args.frames_per_cell)
-    except (OutputRefused, ReleaseChanged) as e:
+    except (OutputRefused, ReleaseChanged, UnmatchedPreference) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
-    except UnmatchedPreference as e:
-        print(f"{PROG}: {e}; nothing written", file=sys.stderr)
         return 2
     except OSError as e:  # a run dir that is not there, or a site that cannot be written (disk full, …)
         print(f"apm-view: {e.strerror or e}: {e.filename or args.out}", file=sys.stderr)

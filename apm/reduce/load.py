@@ -301,7 +301,8 @@ def load_judgements(
 
 
 class UnmatchedPreference(ValueError):
-    """``--judge`` / ``--rubric`` names what no judgement on record has: a typo would silently select the others."""
+    """``--judge`` / ``--rubric`` names what no judgement on record has: a typo would silently select the others
+    (raised before a command writes anything, so its message says so)."""
 
 
 def check_preference(judgements: pd.DataFrame, judge: str | None, rubric: str | None) -> None:
@@ -313,7 +314,7 @@ def check_preference(judgements: pd.DataFrame, judge: str | None, rubric: str | 
             near = difflib.get_close_matches(str(wanted), present, n=1)
             hint = f"; did you mean {near[0]}?" if near else ""
             raise UnmatchedPreference(f"{flag} {wanted}: no judgement on record has it (on record: "
-                                      f"{', '.join(present) or 'none'}{hint})")
+                                      f"{', '.join(present) or 'none'}{hint}); nothing written")
 
 
 def _current(judgements: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
