@@ -14,6 +14,14 @@ Family = Literal["baseline", "general", "specialised", "reference"]
 memory system; ``reference``: a control that is no method (an oracle, the pixel perceiver)."""
 FAMILIES: tuple[Family, ...] = get_args(Family)
 
+Representation = Literal["", "kv_cache", "visual_features", "event_tree", "parametric", "reasoning_thoughts"]
+"""What a streaming system keeps, as Table 3 groups the specialised systems ('' for a method that is
+not one of them)."""
+REPRESENTATIONS: dict[Representation, str] = {
+    "kv_cache": "KV Cache", "visual_features": "Visual Tokens / Features", "event_tree": "Event Tree",
+    "parametric": "Parametric Memory", "reasoning_thoughts": "Reasoning Thoughts"}
+"""Each representation and the heading Table 3 prints above its systems, in the paper's order."""
+
 
 @dataclass(frozen=True)
 class Declaration:
@@ -27,10 +35,14 @@ class Declaration:
     ceiling: bool = field(default=False, metadata={"absent_ok": True})  # records before it existed
     """A reference backbone whose score under a protocol is that protocol's information ceiling (the
     figures draw it dotted beside the protocol's methods); its tag names any task where it is not."""
+    representation: Representation = field(default="", metadata={"absent_ok": True})  # records before it existed
+    """A streaming system's memory representation (``REPRESENTATIONS``), by which Table 3 groups it."""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family {self.family!r}: expected one of {', '.join(FAMILIES)}")
+        if self.representation and self.representation not in REPRESENTATIONS:
+            raise ValueError(f"representation {self.representation!r}: expected one of {', '.join(REPRESENTATIONS)}")
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,8 +60,10 @@ def from_record(block: Any) -> Declaration | None:
         return None
     flags = {k: block.get(k) if isinstance(block.get(k), bool) else None for k in ("streaming", "persistent")}
     tag = block.get("tag")
+    representation = block.get("representation")
     return Declaration(cast(Family, block["family"]), **flags, tag=tag if isinstance(tag, str) else "",
-                       ceiling=block.get("ceiling") is True)
+                       ceiling=block.get("ceiling") is True,
+                       representation=representation if representation in REPRESENTATIONS else "")
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,8 @@ class KVCacheMemory(StreamingSystem):
     """KV-cache memory: chunk caches kept per session, the top-k most similar to the question attended."""
 
     name = "KV-Cache Memory"
-    declaration = Declaration("specialised", streaming=True, persistent=True, tag="reference system")
+    declaration = Declaration("specialised", streaming=True, persistent=True, tag="reference system",
+                              representation="kv_cache")
 
     def __init__(self, chunk_frames: int = 4, top_k: int = 4, store_dtype: str = "float16", name: str | None = None):
         super().__init__(name)
