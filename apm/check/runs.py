@@ -1,0 +1,193 @@
+"""The runs ``apm-check-system`` makes of the system under check: its config resolved as ``apm-run``
+would take it, composed over a tiny release, wrapped in the observer, run in this process or (to be
+killed) in a child process that composes the same config (``python -m apm.check.child``)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from apm.check.observed import LOG_ENV, Event, read_log
+from apm.configs import CONF_DIR
+from apm.errors import one_line
+from apm.records.declaration import Declaration, declared
+from apm.records.jsonl import latest_by, read_folder
+from apm.runner.app import run_async, run_dir_of
+from apm.runner.config import ConfigError
+from apm.streaming.base import StreamingSystem
+
+OBSERVER = "apm.check.observed.observed"
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def memory_node(config: str, overrides: list[str]) -> dict[str, Any]:
+    """The memory config ``config`` names: a YAML file (a path ending ``.yaml``), a ``_target_`` (a dotted
+    name: ``my_module.MySystem``), or an option of the ``memory`` group (``conf/memory`` or a folder on
+    ``hydra.searchpath`` among ``overrides``)."""
+    if config.endswith(YAML_SUFFIXES) or os.sep in config:
+        path = Path(config)
+        if not path.is_file():
+            raise ConfigError(f"{config}: no such YAML file")
+        node = OmegaConf.to_container(OmegaConf.load(path))
+    elif "." in config:
+        node = {"_target_": config}
+    else:
+        with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+            node = OmegaConf.to_container(compose("config", overrides=[f"memory={config}", *overrides]).memory)
+    if not isinstance(node, dict) or "_target_" not in node:
+        raise ConfigError(f"{config}: a memory config names its class in _target_")
+    return {str(k): v for k, v in node.items()}
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The system under check: its memory config, the settings around it (backbone, search path, any
+    override), whether it streams (a ``StreamingSystem``) and what its class declares."""
+
+    memory: dict[str, Any]
+    overrides: list[str]
+    streaming: bool
+    declaration: Declaration | None
+
+    @classmethod
+    def of(cls, config: str, overrides: list[str]) -> Subject:
+        """The subject ``config`` names; instantiated once here (settings only, as the contract asks)."""
+        memory = memory_node(config, overrides)
+        system = instantiate(memory, _convert_="all")
+        return cls(memory, overrides, isinstance(system, StreamingSystem), declared(system))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the subject: over ``release``, into ``out`` (frames in ``cache``), with ``extra``
+    overrides; a streaming system is observed, each answer ``delay_s`` longer."""
+
+    memory: dict[str, Any]
+    overrides: list[str]
+    streaming: bool
+    release: str
+    out: str
+    cache: str
+    extra: list[str] = field(default_factory=list)
+    delay_s: float = 0.0
+
+    def config(self) -> DictConfig:
+        """The run's config, as ``apm-run`` composes it, its memory wrapped in the observer."""
+        with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+            cfg = compose("config", overrides=[
+                f"dataset.root={self.release}", f"output_root={self.out}", f"frames.cache_dir={self.cache}",
+                "logging.wandb.mode=disabled", "logging.progress=false", *self.overrides, *self.extra])
+        memory = self.memory
+        if self.streaming:
+            memory = {"_target_": OBSERVER, "system": memory, "delay_s": self.delay_s,
+                      **({"name": memory["name"]} if "name" in memory else {})}
+        with open_dict(cfg):
+            cfg.memory = OmegaConf.create(memory)
+        return cfg
+
+    def elsewhere(self, out: Path, **changes: Any) -> RunSpec:
+        return replace(self, out=str(out), **changes)
+
+
+def spec_of(subject: Subject, release: Path, out: Path, cache: Path) -> RunSpec:
+    return RunSpec(subject.memory, subject.overrides, subject.streaming, str(release), str(out), str(cache))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a run left: its folder, its newest records and memory lines, what the observer saw, and why
+    it stopped early (``None``: it ended)."""
+
+    run_dir: Path
+    records: dict[str, dict[str, Any]]
+    lines: list[dict[str, Any]]
+    events: list[Event]
+    error: str | None
+
+    @classmethod
+    def read(cls, run_dir: Path, log: Path, error: str | None) -> Outcome:
+        lines = list(latest_by(read_folder(run_dir / "memory"),
+                               lambda m: (m["trajectory_id"], m["session_index"])).values())
+        records = latest_by(read_folder(run_dir / "records"), lambda r: r["key"])
+        return cls(run_dir, records, lines, read_log(log), error)
+
+
+@contextmanager
+def logging_to(log: Path) -> Iterator[None]:
+    """The observer writes to ``log`` while the block runs (the variable is put back after)."""
+    before = os.environ.get(LOG_ENV)
+    os.environ[LOG_ENV] = str(log)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(LOG_ENV, None)
+        else:
+            os.environ[LOG_ENV] = before
+
+
+def run_here(spec: RunSpec, log: Path) -> Outcome:
+    """Run ``spec`` in this process, its own output held back (the command prints one line per check);
+    a run that stops early is an outcome too (its error kept)."""
+    cfg = spec.config()
+    error = None
+    held = io.StringIO()
+    with logging_to(log), redirect_stdout(held), redirect_stderr(held):
+        try:
+            asyncio.run(run_async(cfg))
+        except Exception as e:  # noqa: BLE001 — a stopped run is what a check reports
+            error = one_line(e)
+    return Outcome.read(run_dir_of(cfg), log, error)
+
+
+def child(spec: RunSpec, log: Path) -> subprocess.Popen[bytes]:
+    """``spec`` run by ``python -m apm.check.child`` (this process's import path, so the subject's
+    module is found as here; no W&B service inherited)."""
+    path = Path(spec.out).with_suffix(".spec.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(spec)), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+    env |= {LOG_ENV: str(log), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    return subprocess.Popen([sys.executable, "-m", "apm.check.child", str(path)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def record_lines(out: Path) -> int:
+    """Lines in every records file under ``out`` (a torn last line counts)."""
+    return sum(len(p.read_bytes().splitlines()) for p in out.rglob("records/*.jsonl"))
+
+
+def kill_at(proc: subprocess.Popen[bytes], out: Path, lines: int, within_s: float = 600) -> bool:
+    """``SIGKILL`` ``proc`` once the records under ``out`` hold ``lines`` lines; whether it was still running."""
+    deadline = time.monotonic() + within_s
+    while proc.poll() is None and record_lines(out) < lines and time.monotonic() < deadline:
+        time.sleep(0.01)
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    return killed
+
+
+def finish(proc: subprocess.Popen[bytes]) -> str | None:
+    """Wait for a child run; why it failed (its last output line), or ``None``."""
+    output, _ = proc.communicate()
+    if proc.returncode == 0:
+        return None
+    tail = output.decode(errors="replace").strip().splitlines()
+    return f"exit status {proc.returncode}: {tail[-1] if tail else 'no output'}"

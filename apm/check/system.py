@@ -1,0 +1,118 @@
+"""``apm-check-system``'s work: the contract checklist (docs/streaming-systems.md) run on one memory
+config over a tiny synthetic release — a full run observed, a run of a subset of tasks, lost records
+redone, a run killed mid-session and rerun — one :class:`Result` per check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from apm.check import checks
+from apm.check.checks import Result, verdict
+from apm.check.runs import Outcome, RunSpec, Subject, child, finish, kill_at, run_here, spec_of
+from apm.data.instances import release_instances
+from apm.data.release import load_release
+from apm.records.jsonl import read_folder
+from apm.synth import generate
+
+SUBSET_TASKS = ("ER", "RCR")
+"""The tasks of the non-mutating check's second run: its shared instances must be answered as in the full run."""
+KILL_DELAY_S = 0.05
+"""How much longer each answer takes in the killed runs, so a kill lands inside a session."""
+NOT_STREAMED = "a memory protocol is not fed the stream (the runner selects its frames: tests/test_causality.py)"
+
+
+def _lost(run_dir: Path) -> set[str]:
+    """Drop every third record line after the first third of the run (later sessions lose records); their keys."""
+    lost: set[str] = set()
+    for path in sorted((run_dir / "records").glob("*.jsonl")):
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        start = len(lines) // 3
+        lost |= {json.loads(x)["key"] for x in lines[start::3]}
+        path.write_text("".join(lines[:start] + [x for i, x in enumerate(lines[start:]) if i % 3]), encoding="utf-8")
+    return lost
+
+
+def resume(spec: RunSpec, full: Outcome, work: Path) -> Result:
+    """Records lost from the full run are redone by rerunning it: only they are asked again (a streaming
+    system replays their sessions), with the same answers and exported states."""
+    lost = _lost(full.run_dir)
+    again = run_here(spec, work / "resume.log")
+    problems = checks.same_outcome(full.records, again.records, full.lines, again.lines, "losing records")
+    asked = {e["key"] for e in again.events if e["event"] == "answer"}
+    if spec.streaming and asked != lost:
+        problems.append(f"the rerun asked {len(asked)} instances again, {len(lost)} were lost "
+                        f"({len(asked - lost)} asked that were on record)")
+    return verdict("resume", problems, f"{len(lost)} lost records redone, same outputs and state digests")
+
+
+def _cut_mid_session(out: Path) -> bool:
+    """Whether a killed run left a session with records and no memory line (its in-session state lost)."""
+    run_dirs = [p.parent for p in out.rglob("records")]
+    def sessions(kind: str) -> set[tuple[str, str, str]]:
+        return {(x["trajectory_id"], x["day_id"], x["session_id"]) for d in run_dirs for x in read_folder(d / kind)}
+    return bool(sessions("records") - sessions("memory"))
+
+
+def sigkill(spec: RunSpec, full: Outcome, work: Path) -> Result:
+    """A run killed (``SIGKILL``) mid-session and rerun ends with the records and memory lines of the
+    uninterrupted run."""
+    out = work / "killed"
+    killed = spec.elsewhere(out, delay_s=KILL_DELAY_S)
+    log = work / "killed.log"
+    total = len(full.records)
+    cut = False
+    for share in (2, 3):
+        if kill_at(child(killed, log), out, total // share) and _cut_mid_session(out):
+            cut = True
+            break
+    if not cut:
+        return Result("sigkill determinism", "SKIP", "no kill landed inside a session (the run was too fast)")
+    error = finish(child(killed, log))
+    (run_dir,) = {p.parent for p in out.rglob("records")}
+    again = Outcome.read(run_dir, log, error)
+    problems = [f"the rerun after the kill failed: {error}"] if error else []
+    problems += checks.same_outcome(full.records, again.records, full.lines, again.lines, "a SIGKILL mid-session")
+    return verdict("sigkill determinism", problems, "killed mid-session and rerun: the uninterrupted run's "
+                   "records and memory lines")
+
+
+def check_system(config: str, overrides: list[str], work: Path, release: Path | None = None) -> list[Result]:
+    """Every check on ``config`` (with ``overrides``: backbone, search path …) over ``release`` (default a
+    tiny synthetic release made in ``work``, where every run goes)."""
+    subject = Subject.of(config, overrides)
+    root = release or generate(work / "release", seed=1, scale="tiny")
+    instances = {i.key: i for i in release_instances(load_release(root))}
+    spec = spec_of(subject, root, work / "full", work / "frames")
+    full = run_here(spec, work / "full.log")
+    part = run_here(spec.elsewhere(work / "subset", extra=[f"dataset.tasks=[{','.join(SUBSET_TASKS)}]"]),
+                    work / "subset.log")
+    n, sessions = len(instances), len(full.lines)
+    results = [verdict("run", checks.answered(instances.values(), full.records, full.lines, full.error),
+                       f"{n} instances answered, {sessions} sessions exported")]
+    if subject.streaming:
+        results += [
+            verdict("pixel causality", checks.pixel_causality(instances, full.events, full.records),
+                    f"each of {n} answers came after its probe second's frame, before any later one (on pixels)"),
+            verdict("order", checks.frame_order(load_release(root), full.events),
+                    "every replay fed its session's frames once each, in order, one per second"),
+        ]
+    else:
+        results += [Result("pixel causality", "SKIP", NOT_STREAMED), Result("order", "SKIP", NOT_STREAMED)]
+    results += [
+        verdict("non-mutating answers", checks.non_mutating(full.records, part.records),
+                f"{len(set(full.records) & set(part.records))} instances of {'+'.join(SUBSET_TASKS)} answered "
+                "as in the full run"),
+        verdict("EA restriction", checks.ea_restriction(instances, full.events, full.records),
+                "restricted instances answered from their visible sessions alone"),
+        verdict("state bytes", checks.state_bytes(full.run_dir / "memory_state", full.lines, full.events),
+                "each state folder holds what its memory lines measured"),
+        verdict("schema", checks.schema(checks.raw_lines(full.run_dir / "records"),
+                                        checks.raw_lines(full.run_dir / "memory"), subject.declaration),
+                "records and memory lines validate; the declarations are the class's"),
+    ]
+    results.append(resume(spec, full, work))
+    results.append(sigkill(spec, full, work) if subject.streaming else
+                   Result("sigkill determinism", "SKIP", "a memory protocol keeps no in-session state "
+                          "(its state is on disk after each session; resume covers it)"))
+    return results
