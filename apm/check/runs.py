@@ -28,7 +28,7 @@ from apm.errors import one_line
 from apm.records.declaration import Declaration, declared
 from apm.records.jsonl import latest_by, read_folder
 from apm.runner.app import run_async, run_dir_of
-from apm.runner.config import ConfigError
+from apm.runner.config import ConfigError, check_arguments
 from apm.streaming.base import StreamingSystem
 
 OBSERVER = "apm.check.observed.observed"
@@ -68,6 +68,7 @@ class Subject:
     def of(cls, config: str, overrides: list[str]) -> Subject:
         """The subject ``config`` names; instantiated once here (settings only, as the contract asks)."""
         memory = memory_node(config, overrides)
+        check_arguments(memory, "memory")
         system = instantiate(memory, _convert_="all")
         return cls(memory, overrides, isinstance(system, StreamingSystem), declared(system))
 

@@ -4,6 +4,7 @@ exit status 0 only if every check that applies passes."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -13,10 +14,24 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from apm.check import check_system
+from apm.check.system import CHECKS
 from apm.errors import OneLineParser, console_script
 from apm.runner.config import ConfigError
 
 PROG = "apm-check-system"
+
+
+NAMES = {c.replace(" ", "-").lower(): c for c in CHECKS}
+"""Each check as ``--only`` takes it (``pixel-causality``)."""
+
+
+def _checks(text: str) -> list[str]:
+    """``--only``'s comma-separated check names, as the checks name themselves."""
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    unknown = [t for t in names if t not in NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"no check {', '.join(unknown) or repr(text)} (the checks: {', '.join(NAMES)})")
+    return [NAMES[t] for t in names]
 
 
 def build_parser() -> OneLineParser:
@@ -27,6 +42,7 @@ def build_parser() -> OneLineParser:
                         "memory settings are the config's own)")
     parser.add_argument("--backbone", default="random", help="the runs' backbone option (default: random, instant)")
     parser.add_argument("--release", type=Path, help="check over this release instead of a tiny synthetic one")
+    parser.add_argument("--only", type=_checks, help=f"run only these checks, comma-separated ({', '.join(NAMES)})")
     parser.add_argument("--work", type=Path, help="keep the runs in this folder (default: a temporary one, removed)")
     return parser
 
@@ -43,9 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ConfigError(f"--release {args.release}: no release there (no trajectories.json)")
     overrides = [f"backbone={args.backbone}", *args.overrides]
     with tempfile.TemporaryDirectory(prefix="apm-check-") as scratch:
-        work = args.work or Path(scratch)
-        work.mkdir(parents=True, exist_ok=True)
-        results = check_system(args.config, overrides, work, args.release)
+        results = check_system(args.config, overrides, args.work or Path(scratch), args.release, args.only or CHECKS)
     _print([r.line for r in results])
     return 0 if all(r.status != "FAIL" for r in results) else 1
 
