@@ -1,11 +1,13 @@
 """Streaming systems for tests: a spy that reads the pixel code of every frame it is fed, and a leaky
-variant whose answers change its state (what the independence test must catch)."""
+variant whose answers change its state (what the independence test must catch), and systems broken on
+purpose, one per check of apm-check-system (tests/test_check_system.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +111,63 @@ class SceneWriter(RandomBaseline):
                  + ", ".join(f"{c} object on the {z}" for z, c in s["zones"].items() if c) for s in scenes]
         text = "; ".join(dict.fromkeys(words))
         return Response(text=text, ttft_s=0.0, total_s=0.0, finish_reason="stop")
+
+
+class FuturePeeker(PixelSpy):
+    """Broken on purpose: claims its answer drew on a frame two seconds after the probe."""
+
+    async def answer(self, probe: Probe) -> Answer:
+        answer = await super().answer(probe)
+        inst, session = probe.instance, probe.trajectory.session(probe.instance.session)
+        ahead = Frame(session.key, float(inst.probe_time - session.start + 2), inst.probe_time + 2, b"")
+        return Answer(answer.response, frames=(ahead,))
+
+
+class DiceSpy(PixelSpy):
+    """Broken on purpose: unseeded randomness in every answer, so no rerun gives the same outputs."""
+
+    async def answer(self, probe: Probe) -> Answer:
+        answer = await super().answer(probe)
+        return Answer(Response(text=f"{answer.response.text} {os.urandom(4).hex()}", ttft_s=0.0, total_s=0.0,
+                               finish_reason="stop"))
+
+
+class HoardingSpy(PixelSpy):
+    """Broken on purpose: keeps the first frame of every session it is ever fed in a module global, and
+    shows those of the trajectory's earlier sessions with each answer, hidden sessions of EA included."""
+
+    HOARD: dict[tuple[str, str], Frame] = {}
+
+    async def observe_frame(self, frame: Frame) -> None:
+        await super().observe_frame(frame)
+        HoardingSpy.HOARD.setdefault((self.context.trajectory.trajectory_id, frame.session), frame)
+
+    async def answer(self, probe: Probe) -> Answer:
+        answer = await super().answer(probe)
+        earlier = {s.key for s in probe.trajectory.sessions[: probe.trajectory.session(probe.instance.session).index]}
+        kept = tuple(f for (tid, key), f in sorted(HoardingSpy.HOARD.items())
+                     if tid == probe.trajectory.trajectory_id and key in earlier)
+        return Answer(answer.response, frames=kept)
+
+
+class LitteringSpy(PixelSpy):
+    """Broken on purpose: each export also leaves a scratch file under a fixed temporary name, never renamed."""
+
+    async def export(self, state_dir: Path) -> dict:
+        facts = await super().export(state_dir)
+        (state_dir / f"{self.context.session.session_id}.scratch.tmp").write_bytes(b"x" * 1000)
+        return facts
+
+
+class MisreportingSpy(PixelSpy):
+    """Broken on purpose: its export's facts overwrite the memory line's ``update_s`` with text."""
+
+    async def export(self, state_dir: Path) -> dict:
+        return {**await super().export(state_dir), "update_s": "instant"}
+
+
+class CrashingSpy(PixelSpy):
+    """Broken on purpose: every answer raises."""
+
+    async def answer(self, probe: Probe) -> Answer:
+        raise RuntimeError("no answer today")

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -32,6 +33,8 @@ from apm.runner.config import ConfigError, check_arguments
 from apm.streaming.base import StreamingSystem
 
 OBSERVER = "apm.check.observed.observed"
+MEMORY_PREFIX = "memory."
+"""Overrides of the system's own settings (``memory.top_k=8``), applied to its config however it is named."""
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -66,11 +69,18 @@ class Subject:
 
     @classmethod
     def of(cls, config: str, overrides: list[str]) -> Subject:
-        """The subject ``config`` names; instantiated once here (settings only, as the contract asks)."""
-        memory = memory_node(config, overrides)
+        """The subject ``config`` names, its ``memory.<key>=<value>`` overrides applied (whichever way it is
+        named); instantiated once here (settings only, as the contract asks)."""
+        settings = [o for o in overrides if o.startswith(MEMORY_PREFIX)]
+        rest = [o for o in overrides if o not in settings]
+        node = OmegaConf.create(memory_node(config, rest))
+        for setting in settings:
+            key, _, value = setting.removeprefix(MEMORY_PREFIX).partition("=")
+            OmegaConf.update(node, key, yaml.safe_load(value), force_add=True)
+        memory = {str(k): v for k, v in OmegaConf.to_container(node).items()}
         check_arguments(memory, "memory")
         system = instantiate(memory, _convert_="all")
-        return cls(memory, overrides, isinstance(system, StreamingSystem), declared(system))
+        return cls(memory, rest, isinstance(system, StreamingSystem), declared(system))
 
 
 @dataclass(frozen=True)
