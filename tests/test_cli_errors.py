@@ -215,6 +215,12 @@ CASES: dict[str, Callable[[Made, Path], dict]] = {
     "apm-view: read-only --out": lambda m, t: {
         "args": ("apm.cli.view", str(m.root), "--out", str(_read_only_folder(t) / "site")),
         "read_only": t / "read-only"},
+    "apm-check-system: config group typo": lambda m, t: {
+        "args": ("apm.cli.check_system", "raw_vide", "--release", str(m.release), "--work", str(t / "work")),
+        "says": "memory=raw_vide: no such option (did you mean raw_video?"},
+    "apm-check-system: read-only --work": lambda m, t: {
+        "args": ("apm.cli.check_system", "raw_video", "--release", str(m.release),
+                 "--work", str(_read_only_folder(t) / "work")), "read_only": t / "read-only"},
 }
 
 

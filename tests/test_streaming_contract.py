@@ -1,15 +1,14 @@
 """The streaming-system contract through apm-run: causality proved on pixels, independent probes, resume
-by replay, latency fields, and a system from outside the package (docs/streaming-systems.md)."""
+by replay, latency fields, and a system from outside the package (docs/streaming-systems.md). The
+checks are apm-check-system's own (``apm.check.checks``), on the project's spy."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
 import json
-from importlib import resources
 from pathlib import Path
 
-import jsonschema
 import pytest
 from runner_helpers import (
     assert_storage_is_on_disk,
@@ -23,10 +22,13 @@ from runner_helpers import (
 )
 from streaming_spies import PixelSpy
 
+from apm.check import checks
+from apm.check.runs import Subject, run_here, spec_of
 from apm.data.frames import Frame
 from apm.data.instances import release_instances
 from apm.data.release import load_release
 from apm.memory.base import History, Note
+from apm.records.jsonl import latest_by, latest_records
 from apm.runner.online import session_frames
 from apm.runner.streaming import compose_request
 from apm.synth import generate
@@ -44,67 +46,61 @@ def tiny(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def spied(tiny, tmp_path_factory) -> tuple[Path, dict, dict]:
-    """One uninterrupted spy run over every instance of the release, and what the spy saw."""
+def spied(tiny, tmp_path_factory) -> tuple[Path, dict, list]:
+    """One uninterrupted spy run over every instance of the release, observed as apm-check-system observes
+    a system; what the spy saw and what the observer logged."""
     root = tmp_path_factory.mktemp("spy")
-    run_dir = run(compose_run(tiny, root / "runs", root / "cache", SPY))
-    return run_dir, dict(PixelSpy.ANSWERED), {k: list(v) for k, v in PixelSpy.FED.items()}
-
-
-def _outputs(run_dir: Path) -> dict[str, str]:
-    return {r["key"]: r["output"] for r in records(run_dir)}
+    spec = spec_of(Subject.of("pixel_spy", [SPY[0], "backbone=random"]), tiny, root / "runs", root / "cache")
+    outcome = run_here(spec, root / "observed.log")
+    assert outcome.error is None
+    return outcome.run_dir, dict(PixelSpy.ANSWERED), outcome.events
 
 
 def test_nothing_after_the_probe_is_observed_before_the_answer_on_pixels(tiny, spied):
-    run_dir, answered, fed = spied
+    run_dir, answered, observed = spied
     release = load_release(tiny)
     instances = release_instances(release)
     assert {i.task for i in instances} >= {"ER", "ERA", "RCR", "MPA", "PRM", "TPG", "EA"}
     assert set(answered) == {i.key for i in instances}
-    for inst in instances:
-        seen = answered[inst.key]
-        assert seen["session"] == inst.session
-        assert seen["last_seen"] == inst.probe_time, inst.key  # up to the probe second, never after it
-    for traj in release.trajectories:
-        for session in traj.sessions:  # each frame of the session once a pass, in order, one per second
-            seconds = fed[traj.trajectory_id, session.key]
-            starts = [i for i, second in enumerate(seconds) if second == session.start]
-            passes = [seconds[a:b] for a, b in zip(starts, [*starts[1:], len(seconds)])]
-            assert starts[:1] == [0] and passes  # the main replay, then one per EA visible set holding it
-            for one in passes:
-                assert one == list(range(session.start, session.start + len(one)))
-                assert session.duration <= len(one) <= session.duration + 1
+    assert all(answered[i.key]["session"] == i.session for i in instances)
+    by_key = {i.key: i for i in instances}
+    assert checks.pixel_causality(by_key, observed, latest_records(run_dir / "records")) == []
+    assert checks.frame_order(release, observed) == []  # each frame of a session once a pass, in order, one per second
+    answers = [e for e in observed if e["event"] == "answer"]
+    assert len(answers) == len(by_key) and all(e["last_seen"] == by_key[e["key"]].probe_time for e in answers)
 
 
 def test_streaming_records_carry_the_update_latency_and_validate(tiny, spied):
-    run_dir, _, _ = spied
-    schema = json.loads(resources.files("apm.records").joinpath("schemas", "record.schema.json").read_text())
+    run_dir, _, observed = spied
     recs = records(run_dir)
     for r in recs:
-        jsonschema.validate(r, schema)
         lat = r["latency"]
         assert lat["ttft_from"] == "last_update" and 0 <= lat["update_s"] <= lat["observe_s"]
         assert lat["rtf"] == pytest.approx((lat["observe_s"] + lat["ttft_s"]) / lat["prefix_s"])
-        assert r["run"]["capabilities"] == {"streaming": True, "persistent": True}
         assert r["output"].startswith("state ")
     lines = memory_records(run_dir)
+    assert checks.schema(recs, lines, PixelSpy.declaration) == []
+    assert {tuple(r["run"]["capabilities"].values()) for r in recs} == {(True, True)}
     assert len(lines) == release_sessions(tiny)
     assert all(m["observed"] > 0 and m["observe_s"] > 0 and m["error"] is None for m in lines)
+    assert checks.state_bytes(run_dir / "memory_state", lines, observed) == []
     assert_storage_is_on_disk(run_dir)
 
 
 def test_probes_are_independent_of_which_are_asked(tiny, spied, tmp_path):
-    full = _outputs(spied[0])
-    subset = _outputs(run(compose_run(tiny, tmp_path / "a", tmp_path / "cache", [*SPY, "dataset.tasks=[ER,RCR]"])))
-    assert subset and all(full[k] == out for k, out in subset.items())
+    full = latest_records(spied[0] / "records")
+    subset = latest_records(run(compose_run(tiny, tmp_path / "a", tmp_path / "cache",
+                                            [*SPY, "dataset.tasks=[ER,RCR]"])) / "records")
+    assert subset and checks.non_mutating(full, subset) == []
     leaky = [*SPY, "memory._target_=streaming_spies.LeakySpy"]
-    every = _outputs(run(compose_run(tiny, tmp_path / "b", tmp_path / "cache", leaky)))
-    some = _outputs(run(compose_run(tiny, tmp_path / "c", tmp_path / "cache", [*leaky, "dataset.tasks=[ER,RCR]"])))
-    assert any(every[k] != out for k, out in some.items())  # the test catches an answer that writes
+    every = latest_records(run(compose_run(tiny, tmp_path / "b", tmp_path / "cache", leaky)) / "records")
+    some = latest_records(run(compose_run(tiny, tmp_path / "c", tmp_path / "cache",
+                                          [*leaky, "dataset.tasks=[ER,RCR]"])) / "records")
+    assert checks.non_mutating(every, some)  # the check catches an answer that writes
 
 
 def test_lost_records_are_redone_by_replaying_their_session(tiny, spied, tmp_path):
-    clean = _outputs(spied[0])
+    clean = latest_records(spied[0] / "records")
     cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", SPY)
     run_dir = run(cfg)
     assert set(take(PixelSpy.ANSWERED)) == set(clean)  # the first run asked everything
@@ -115,10 +111,10 @@ def test_lost_records_are_redone_by_replaying_their_session(tiny, spied, tmp_pat
     before = len(memory_records(run_dir))
     run(cfg)
     assert set(PixelSpy.ANSWERED) == set(lost)  # only what was lost is asked again
-    assert _outputs(run_dir) == clean
-    newest = {(m["trajectory_id"], m["session_index"]): m["state_sha256"] for m in memory_records(run_dir)}
-    assert len(memory_records(run_dir)) > before and set(newest.values()) == {
-        m["state_sha256"] for m in memory_records(spied[0])}  # replayed sessions export the same state
+    assert len(memory_records(run_dir)) > before  # replayed sessions export the same state
+    newest = list(latest_by(memory_records(run_dir), lambda m: (m["trajectory_id"], m["session_index"])).values())
+    assert checks.same_outcome(clean, latest_records(run_dir / "records"), memory_records(spied[0]), newest,
+                               "losing records") == []
 
 
 def test_a_streaming_system_from_outside_the_package_runs_through_apm_run(tiny, tmp_path, monkeypatch):

@@ -67,7 +67,8 @@ def answered(planned: Iterable[Instance], records: Records, lines: list[dict[str
         problems.append(f"{len(missing)} of {len(keys)} instances have no record (the first: {missing[0]})")
     failed = [(k, records[k]["error"]) for k in keys if k in records and records[k].get("error")]
     if failed:
-        problems.append(f"{len(failed)} of {len(keys)} records carry an error; the first: {failed[0][0]}: {failed[0][1]}")
+        key, error = failed[0]
+        problems.append(f"{len(failed)} of {len(keys)} records carry an error; the first: {key}: {error}")
     broken = [m for m in lines if m.get("error")]
     if broken:
         m = broken[0]
@@ -249,9 +250,10 @@ def schema(records: list[dict[str, Any]], lines: list[dict[str, Any]], declarati
     capabilities = {k: getattr(declaration, k) if declaration else None for k in ("streaming", "persistent")}
     for line in records:
         run = line.get("run") or {}
-        if (run.get("declarations") or {}).get("memory") != declared or run.get("capabilities") != capabilities:
-            problems.append(f"record {line.get('key')}: run.declarations.memory {(run.get('declarations') or {}).get('memory')} "
-                            f"and run.capabilities {run.get('capabilities')}, the class declares {declared}")
+        recorded = (run.get("declarations") or {}).get("memory")
+        if recorded != declared or run.get("capabilities") != capabilities:
+            problems.append(f"record {line.get('key')}: run.declarations.memory {recorded} and run.capabilities "
+                            f"{run.get('capabilities')}, the class declares {declared}")
             break
     return problems
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from hydra import compose, initialize_config_dir
@@ -77,7 +77,7 @@ class Subject:
         for setting in settings:
             key, _, value = setting.removeprefix(MEMORY_PREFIX).partition("=")
             OmegaConf.update(node, key, yaml.safe_load(value), force_add=True)
-        memory = {str(k): v for k, v in OmegaConf.to_container(node).items()}
+        memory = cast(dict[str, Any], OmegaConf.to_container(node))  # made from a dict, so a dict
         check_arguments(memory, "memory")
         system = instantiate(memory, _convert_="all")
         return cls(memory, rest, isinstance(system, StreamingSystem), declared(system))

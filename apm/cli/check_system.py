@@ -30,7 +30,8 @@ def _checks(text: str) -> list[str]:
     names = [t.strip().lower() for t in text.split(",") if t.strip()]
     unknown = [t for t in names if t not in NAMES]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"no check {', '.join(unknown) or repr(text)} (the checks: {', '.join(NAMES)})")
+        named = ", ".join(unknown) or repr(text)
+        raise argparse.ArgumentTypeError(f"no check {named} (the checks: {', '.join(NAMES)})")
     return [NAMES[t] for t in names]
 
 
