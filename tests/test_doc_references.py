@@ -76,7 +76,7 @@ def read_code(root: Path) -> Code:
                  if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
                  and call.func.attr == "add_argument"
                  for a in call.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
-        code.flags[f"apm-{path.stem}"] = flags | {"--debug"}
+        code.flags[f"apm-{path.stem.replace('_', '-')}"] = flags | {"--debug"}  # apm-check-system: check_system.py
     for path in sorted((root / "apm").rglob("*.js")):
         code.names |= set(re.findall(r"[A-Za-z_]\w*", path.read_text(encoding="utf-8")))
     for folder in ("conf", "launchers", ".ci"):
@@ -203,7 +203,7 @@ def _flag_problems(text: str, code: Code) -> list[str]:
     """After ``apm-<command>``: flags that command does not define. Alone: flags that no ``apm-*``
     command defines, no code or config passes on, and that name no option of the code (an engine's
     ``data_parallel_size`` is vLLM's ``--data-parallel-size``, ``--no-…`` when false)."""
-    command = re.match(r"(apm-[a-z]+)\b", text)
+    command = re.match(r"(apm-[a-z]+(?:-[a-z]+)*)\b", text)
     flags = re.findall(r"(?<![\w-])(--[a-z][\w-]*)", text)
     if command and command[1] in code.flags:
         return [f"{command[1]} has no flag {f}" for f in flags if f not in code.flags[command[1]]]

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from apm.check import checks
 from apm.check.checks import Result, verdict
-from apm.check.runs import Outcome, RunSpec, Subject, child, finish, kill_at, run_here, spec_of
-from apm.data.instances import release_instances
+from apm.check.runs import Outcome, RunSpec, Subject, child, finish, kill_at, record_lines, run_here, spec_of
 from apm.data.release import load_release
 from apm.records.jsonl import read_folder
+from apm.runner.app import shard_plan
 from apm.runner.config import ConfigError
 from apm.synth import generate
 
@@ -21,6 +21,8 @@ SUBSET_TASKS = ("ER", "RCR")
 """The tasks of the non-mutating check's second run: its shared instances must be answered as in the full run."""
 KILL_DELAY_S = 0.05
 """How much longer each answer takes in the killed runs, so a kill lands inside a session."""
+KILLS = 2
+"""Kills tried (each halfway through what is left) until one lands inside a session."""
 NOT_STREAMED = "a memory protocol is not fed the stream (the runner selects its frames: tests/test_causality.py)"
 
 
@@ -62,10 +64,10 @@ def sigkill(spec: RunSpec, full: Outcome, work: Path) -> Result:
     out = work / "killed"
     killed = spec.elsewhere(out, delay_s=KILL_DELAY_S)
     log = work / "killed.log"
-    total = len(full.records)
     cut = False
-    for share in (2, 3):
-        if kill_at(child(killed, log), out, total // share) and _cut_mid_session(out):
+    for _ in range(KILLS):
+        held = record_lines(out)
+        if kill_at(child(killed, log), out, held + max(1, (len(full.records) - held) // 2)) and _cut_mid_session(out):
             cut = True
             break
     if not cut:
@@ -95,8 +97,8 @@ def check_system(config: str, overrides: list[str], work: Path, release: Path | 
     subject = Subject.of(config, overrides)
     work.mkdir(parents=True, exist_ok=True)
     root = release or generate(work / "release", seed=1, scale="tiny")
-    instances = {i.key: i for i in release_instances(load_release(root))}
     spec = spec_of(subject, root, work / "full", work / "frames")
+    instances = {i.key: i for i in shard_plan(spec.config(), load_release(root)).run_instances}
     full = run_here(spec, work / "full.log")
     n = len(instances)
     results = {"run": lambda: verdict("run", checks.answered(instances.values(), full.records, full.lines, full.error),
