@@ -28,7 +28,7 @@ def tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def one(tiny, tmp_path_factory) -> Path:
-    """Its first trajectory alone, for the systems on the tiny model."""
+    """Its first trajectory alone (4 sessions, EA's restriction included), for the references' slower runs."""
     return first_trajectory(tiny, tmp_path_factory.mktemp("one") / "rel")
 
 
@@ -52,9 +52,9 @@ PASSING = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("config", "args"), PASSING)
-def test_the_command_passes_on_the_references_and_a_plug_in(config, args, tiny, tmp_path, capsys, monkeypatch):
+def test_the_command_passes_on_the_references_and_a_plug_in(config, args, one, tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    status, lines = check(capsys, tiny, tmp_path, config, *args)
+    status, lines = check(capsys, one, tmp_path, config, *args)
     assert list(lines) == list(CHECKS)
     assert all(line.startswith("PASS ") for line in lines.values()), lines
     assert status == 0
@@ -68,8 +68,18 @@ def test_the_command_passes_on_the_kv_cache_on_the_tiny_model(one, tiny_model, t
     assert list(lines) == list(CHECKS) and status == 0
 
 
-def test_a_memory_protocol_skips_the_stream_checks_and_passes_the_rest(tiny, tmp_path, capsys):
-    status, lines = check(capsys, tiny, tmp_path, "raw_video")
+PROTOCOLS = [
+    pytest.param("raw_video", [], id="raw_video"),
+    pytest.param("keyframes", [f"hydra.searchpath=[file://{EXAMPLES / 'conf'}]", "--backbone", "my_backbone"],
+                 id="examples-keyframes"),
+]
+
+
+@pytest.mark.parametrize(("config", "args"), PROTOCOLS)
+def test_a_memory_protocol_skips_the_stream_checks_and_passes_the_rest(config, args, tiny, tmp_path, capsys,
+                                                                       monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    status, lines = check(capsys, tiny, tmp_path, config, *args)
     skipped = {"pixel causality", "order", "sigkill determinism"}
     assert {name for name, line in lines.items() if line.startswith("SKIP ")} == skipped
     assert all(lines[name].startswith("PASS ") for name in set(CHECKS) - skipped), lines
