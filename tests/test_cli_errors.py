@@ -92,7 +92,7 @@ def refused(tmp_path: Path, made: Made, *args: str, env: dict[str, str] | None =
                           env={**os.environ, **(env or {})})
     lines = done.stderr.strip().splitlines()
     assert done.returncode not in (0, None) and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert len(lines) == 1 and re.match(r"apm-[a-z]+: ", lines[0]), done.stderr[-2000:]  # names its command
+    assert len(lines) == 1 and re.match(r"apm-[a-z]+(-[a-z]+)*: ", lines[0]), done.stderr[-2000:]  # names its command
     assert _tree(tmp_path, made.root) == before
     return lines[0]
 
