@@ -14,8 +14,8 @@ from runner_helpers import ShownFrames  # noqa: E402
 from streaming_spies import HoardingSpy, PixelSpy  # noqa: E402
 
 pytest_plugins = ["vllm_fixtures", "tiny_vlm", "ci_skips", "pytester"]
-"""Shared fixtures (``vllm_python``, ``loop``; ``tiny_model``, ``tiny_qwen3vl``) available to every test
-module without importing them; no silent skip in CI (:mod:`ci_skips`); ``pytester`` for testing that."""
+"""Shared fixtures (``vllm_python``, ``loop``; ``tiny_model``, ``tiny_qwen25vl``, ``tiny_qwen3vl``) available to
+every test module without importing them; no silent skip in CI (:mod:`ci_skips`); ``pytester`` for testing that."""
 
 SPEC_EXCERPT = Path(__file__).parent / "spec" / "apm-bench-excerpt.md"
 """The paper's Table 4, Appendix A.3 and Appendix E, verbatim (checked against the full text by

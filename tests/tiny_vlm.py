@@ -1,4 +1,4 @@
-"""Shared helpers for the model-backend tests: the tiny Qwen2-VL and Qwen3-VL, synthetic JPEG frames."""
+"""Shared helpers for the model-backend tests: the tiny Qwen2-VL, Qwen2.5-VL and Qwen3-VL, synthetic JPEG frames."""
 
 from __future__ import annotations
 
@@ -59,3 +59,11 @@ def tiny_qwen3vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from apm.testing.tiny_models import build_tiny_qwen3vl
 
     return build_tiny_qwen3vl(tmp_path_factory.getbasetemp() / "tiny-qwen3vl")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen25vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random Qwen2.5-VL (windowed ViT, video positions spaced by seconds per patch), built once."""
+    from apm.testing.tiny_models import build_tiny_qwen25vl
+
+    return build_tiny_qwen25vl(tmp_path_factory.getbasetemp() / "tiny-qwen25vl")

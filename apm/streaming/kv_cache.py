@@ -2,8 +2,9 @@
 key/value cache, and a question answered from the chunks retrieved for it.
 
 The model is the run's backbone on the transformers path (``backbone=tiny_qwen2vl_hf``, or any
-Qwen2-VL-style ``apm.backbones.hf.HFBackbone``): the system works on its weights directly, on its
-worker thread. Every ``chunk_frames`` frames, the chunk is run through the model as one video
+``apm.backbones.hf.HFBackbone`` of an architecture ``apm.streaming.internals`` supports: Qwen2-VL,
+Qwen2.5-VL, Qwen3-VL): the system works on its weights directly, on its worker thread, on the
+model's device. Every ``chunk_frames`` frames, the chunk is run through the model as one video
 segment; its per-layer keys and values are kept, with the mean last hidden state of its tokens as
 its retrieval vector. At a probe the question is embedded the same way; the ``top_k`` chunks most
 similar to it (cosine) among the visible earlier sessions and the current one, plus the current
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from apm.backbones.base import Request, Response, video_timing
+from apm.backbones.base import Request, Response
 from apm.backbones.hf import HFBackbone, to_chat_inputs
 from apm.data.frames import Frame
 from apm.data.ids import session_path
@@ -36,9 +37,15 @@ from apm.memory.text import instance_query
 from apm.records.atomic import write_atomically
 from apm.records.declaration import Declaration
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
-
-VIDEO_SEGMENT = "<|vision_start|><|video_pad|><|vision_end|>"
-"""A chunk's text: one video placeholder (Qwen2-VL's), expanded by the processor to the chunk's tokens."""
+from apm.streaming.internals import (
+    UnsupportedArchitecture,
+    architecture,
+    position_after,
+    segment_inputs,
+    segment_positions,
+    supported,
+    text_positions,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,21 +79,18 @@ class Chunk:
 
 
 def encode_chunk(processor: Any, model: Any, frames: list[Frame]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Run one chunk through the model: its keys, values, mean last hidden state and next text position."""
+    """Run one chunk through the model as one video segment (its architecture's placeholder and M-RoPE
+    index: ``apm.streaming.internals``): its keys, values, mean last hidden state and next text position."""
     import torch
 
-    inputs = processor(text=[VIDEO_SEGMENT], videos=[np.stack([f.pixels() for f in frames])],
-                       video_metadata=[video_timing(frames).metadata()], do_sample_frames=False, return_tensors="pt")
-    inputs = inputs.to(model.device)
-    positions, _ = model.model.get_rope_index(inputs["input_ids"], video_grid_thw=inputs["video_grid_thw"],
-                                              attention_mask=inputs["attention_mask"],
-                                              mm_token_type_ids=inputs["mm_token_type_ids"])
+    inputs = segment_inputs(processor, model, frames)
+    positions = segment_positions(model, inputs)
     with torch.inference_mode():
         out = model(**inputs, position_ids=positions, use_cache=True, output_hidden_states=True)
     keys = torch.stack([layer.keys[0] for layer in out.cache.layers]).float().cpu().numpy()
     values = torch.stack([layer.values[0] for layer in out.cache.layers]).float().cpu().numpy()
     vector = out.hidden_states[-1][0].mean(0).float().cpu().numpy()
-    return keys, values, vector, int(positions.max()) + 1
+    return keys, values, vector, position_after(positions)
 
 
 def embed_text(processor: Any, model: Any, text: str) -> np.ndarray:
@@ -121,7 +125,7 @@ def generate_from(processor: Any, model: Any, chunks: list[Chunk], prompt: str, 
     first = None
     with torch.inference_mode():
         while len(new) < max_tokens:
-            span = torch.arange(position, position + ids.shape[1], device=model.device).view(1, 1, -1).expand(3, 1, -1)
+            span = text_positions(model, position, ids.shape[1])
             mask = torch.ones(1, cache.get_seq_length() + ids.shape[1], dtype=torch.long, device=model.device)
             out = model(input_ids=ids, position_ids=span, attention_mask=mask, cache=cache, use_cache=True)
             token = int(out.logits[0, -1].argmax())
@@ -156,10 +160,12 @@ class KVCacheMemory(StreamingSystem):
 
     async def begin(self, context: SessionContext) -> None:
         if not isinstance(context.backbone, HFBackbone):
-            raise TypeError(f"{self.name} works on a transformers model: run it with an HFBackbone "
-                            f"(backbone=tiny_qwen2vl_hf, …), not {type(context.backbone).__name__}")
+            raise UnsupportedArchitecture(
+                f"{self.name} works on a transformers model's own cache: it needs an HFBackbone of {supported()} "
+                f"(e.g. backbone=tiny_qwen2vl_hf), not {context.backbone.name!r}")
         self.context = context
         self.engine = context.backbone
+        await self.engine.with_model(lambda _, model: architecture(model))  # refuses an unsupported one
         self.earlier: list[Chunk] = []
         self.turns = TurnLog()
         for session, path, kept in earlier_states(context, ".kv.json"):

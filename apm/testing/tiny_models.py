@@ -1,10 +1,10 @@
-"""Tiny random Qwen2-VL and Qwen3-VL built on this machine: real transformers/vLLM code paths,
-gibberish output. Qwen3-VL writes each video's frame times into its prompt (``<t seconds>``), so its
+"""Tiny random Qwen2-VL, Qwen2.5-VL and Qwen3-VL built on this machine: real transformers/vLLM code
+paths, gibberish output. Qwen3-VL writes each video's frame times into its prompt (``<t seconds>``), so its
 tiny twin shows what timing an engine was given.
 
 No weights are downloaded: the tokenizer is a byte-level BPE trained on the Python standard
 library's sources, the model is randomly initialised from a fixed seed. Same seed and Python
-version, same files. CLI: ``python -m apm.backbones.tiny OUT_DIR [--arch qwen3vl]``.
+version, same files. CLI: ``python -m apm.testing.tiny_models OUT_DIR [--arch qwen25vl|qwen3vl]``.
 """
 
 from __future__ import annotations
@@ -86,11 +86,12 @@ def build_tokenizer():  # -> transformers.PreTrainedTokenizerFast
     )
 
 
-def build_processor(tokenizer):  # -> transformers.Qwen2VLProcessor
-    """Qwen2-VL processor with small pixel budgets (56² to 112² per image or frame)."""
+def build_processor(tokenizer, processor_class=None):  # -> transformers.Qwen2VLProcessor (or processor_class)
+    """Qwen2-VL's processor (or ``processor_class``, e.g. Qwen2.5-VL's, which takes the same parts) with
+    small pixel budgets (56² to 112² per image or frame)."""
     from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
 
-    return Qwen2VLProcessor(
+    return (processor_class or Qwen2VLProcessor)(
         image_processor=Qwen2VLImageProcessor(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS),
         video_processor=Qwen2VLVideoProcessor(
             min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS, cap_pixels_per_frame=False
@@ -101,7 +102,9 @@ def build_processor(tokenizer):  # -> transformers.Qwen2VLProcessor
 
 
 VISION = dict(depth=2, num_heads=2, spatial_merge_size=2, temporal_patch_size=2)
-"""What both tiny ViTs share: 2 layers, 2 heads, 2x2 merge, frames paired in time."""
+"""What the tiny ViTs share: 2 layers, 2 heads, 2x2 merge, frames paired in time."""
+MERGED_VISION = dict(hidden_size=32, intermediate_size=64, out_hidden_size=64)
+"""Qwen2.5-VL's and Qwen3-VL's ViT width, MLP width, and the merger's output (the text model's width)."""
 
 
 def _token_ids(tokenizer) -> dict[str, int]:
@@ -148,6 +151,20 @@ def build_config(tokenizer):  # -> transformers.Qwen2VLConfig
     )
 
 
+def build_qwen25vl_config(tokenizer):  # -> transformers.Qwen2_5_VLConfig
+    """The tiny text model + a 2-layer windowed ViT (patch 14, one full-attention layer), video
+    positions spaced by ``tokens_per_second`` x seconds per temporal patch as in Qwen2.5-VL."""
+    from transformers import Qwen2_5_VLConfig
+
+    return Qwen2_5_VLConfig(
+        text_config=_text_config(tokenizer),
+        vision_config=dict(
+            VISION, **MERGED_VISION, patch_size=14, window_size=56, fullatt_block_indexes=[1], tokens_per_second=2
+        ),
+        **_vision_token_ids(tokenizer),
+    )
+
+
 def build_qwen3vl_config(tokenizer):  # -> transformers.Qwen3VLConfig
     """The tiny text model (interleaved M-RoPE) + a 2-layer ViT (patch 16) with one DeepStack layer."""
     from transformers import Qwen3VLConfig
@@ -155,13 +172,7 @@ def build_qwen3vl_config(tokenizer):  # -> transformers.Qwen3VLConfig
     return Qwen3VLConfig(
         text_config=_text_config(tokenizer, mrope_interleaved=True),
         vision_config=dict(
-            VISION,
-            hidden_size=32,
-            intermediate_size=64,
-            patch_size=16,
-            out_hidden_size=64,
-            num_position_embeddings=64,
-            deepstack_visual_indexes=[0],
+            VISION, **MERGED_VISION, patch_size=16, num_position_embeddings=64, deepstack_visual_indexes=[0]
         ),
         **_vision_token_ids(tokenizer),
     )
@@ -212,6 +223,15 @@ def build_tiny_qwen2vl(out_dir: str | Path, seed: int = 0) -> Path:
     return _write(out_dir, Qwen2VLForConditionalGeneration, build_config(tokenizer), build_processor(tokenizer), seed)
 
 
+def build_tiny_qwen25vl(out_dir: str | Path, seed: int = 0) -> Path:
+    """Write the tiny Qwen2.5-VL (tokenizer, processor, config, weights) to ``out_dir``; returns it."""
+    from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+
+    tokenizer = build_tokenizer()
+    config, processor = build_qwen25vl_config(tokenizer), build_processor(tokenizer, Qwen2_5_VLProcessor)
+    return _write(out_dir, Qwen2_5_VLForConditionalGeneration, config, processor, seed)
+
+
 def build_tiny_qwen3vl(out_dir: str | Path, seed: int = 0) -> Path:
     """Write the tiny Qwen3-VL (tokenizer, processor, config, weights) to ``out_dir``; returns it."""
     from transformers import Qwen3VLForConditionalGeneration
@@ -221,7 +241,7 @@ def build_tiny_qwen3vl(out_dir: str | Path, seed: int = 0) -> Path:
     return _write(out_dir, Qwen3VLForConditionalGeneration, config, processor, seed)
 
 
-BUILDERS = {"qwen2vl": build_tiny_qwen2vl, "qwen3vl": build_tiny_qwen3vl}
+BUILDERS = {"qwen2vl": build_tiny_qwen2vl, "qwen25vl": build_tiny_qwen25vl, "qwen3vl": build_tiny_qwen3vl}
 
 
 def main(argv: list[str] | None = None) -> None:
