@@ -23,6 +23,7 @@ from tiny_vlm import make_frames
 from apm.data.frames import Frame
 from apm.data.release import load_release
 from apm.streaming.internals import UnsupportedArchitecture, architecture, segment_features, segment_inputs
+from apm.streaming.kv_cache import Chunk, encode_chunk, generate_from
 from apm.synth import generate
 from apm.video.cache import FrameCache
 
@@ -117,6 +118,27 @@ def test_segment_features_are_what_the_language_model_receives(arch, request):
     assert tuple(features.embeds.shape) == (tokens, model.config.text_config.hidden_size)
     expected = len(model.config.vision_config.deepstack_visual_indexes) if arch == "qwen3vl" else 0
     assert [tuple(d.shape) for d in features.deepstack] == [tuple(features.embeds.shape)] * expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_the_model_dtype_carries_through_encode_and_answer(arch, request):
+    """In ``bfloat16`` (a GPU backbone's dtype) a chunk encodes and an answer decodes from its cache:
+    every tensor follows ``model.dtype``/``model.device``, the kept arrays are float32 numpy."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    path = request.getfixturevalue(ARCHITECTURES[arch][0])
+    processor = AutoProcessor.from_pretrained(path)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.bfloat16).eval()
+    keys, values, vector, after = encode_chunk(processor, model, make_frames(3))
+    assert keys.dtype == values.dtype == vector.dtype == np.float32 and np.isfinite(keys).all()
+    assert segment_features(processor, model, make_frames(2)).embeds.dtype == torch.bfloat16
+    chunk = Chunk(None, (), vector, after, keys.shape[2], kv=(keys, values))
+    prompt = "<|im_start|>assistant\n"
+    answer = generate_from(processor, model, [chunk], prompt, 4)
+    assert answer.completion_tokens == 4 or answer.finish_reason == "stop"
+    assert answer.prompt_tokens == keys.shape[2] + len(processor.tokenizer(prompt).input_ids)
 
 
 @pytest.mark.slow
