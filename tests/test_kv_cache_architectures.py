@@ -5,6 +5,7 @@ and records validate; any other backbone is refused in one line naming the suppo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,10 +21,13 @@ import pytest
 from runner_helpers import compose_run, first_trajectory, memory_records, records, run
 from tiny_vlm import make_frames
 
+from apm.backbones.hf import HFBackbone
 from apm.data.frames import Frame
 from apm.data.release import load_release
-from apm.streaming.internals import UnsupportedArchitecture, architecture, segment_features, segment_inputs
-from apm.streaming.kv_cache import Chunk, encode_chunk, generate_from
+from apm.errors import one_line
+from apm.streaming.base import SessionContext
+from apm.streaming.internals import UnsupportedArchitecture, segment_features, segment_inputs
+from apm.streaming.kv_cache import Chunk, KVCacheMemory, encode_chunk, generate_from
 from apm.synth import generate
 from apm.video.cache import FrameCache
 
@@ -155,14 +159,25 @@ def test_an_unsupported_backbone_is_refused_in_one_line_naming_the_supported(one
     assert "'Random'" in lines[0]
 
 
+class LoadedAs(HFBackbone):
+    """A transformers backbone whose loaded model is of ``model_type`` (its real config, no weights)."""
+
+    def __init__(self, model_type: str) -> None:
+        from transformers import AutoConfig
+
+        super().__init__("unused")
+        self.loaded = SimpleNamespace(config=AutoConfig.for_model(model_type))
+
+    async def with_model(self, fn, *args):
+        return fn(None, self.loaded, *args)
+
+
 @pytest.mark.parametrize(("model_type", "reason"), [("internvl", "InternVL3.5"), ("video_llama_3", "VideoLLaMA3"),
                                                     ("llava", "not an architecture")])
-def test_a_paper_architecture_without_support_is_refused_with_its_reason(model_type, reason):
-    from transformers import AutoConfig
-
-    model = SimpleNamespace(config=AutoConfig.for_model(model_type))
+def test_a_paper_architecture_without_support_is_refused_with_its_reason(model_type, reason, tmp_path):
+    context = SessionContext(None, None, tmp_path, LoadedAs(model_type), None)
     with pytest.raises(UnsupportedArchitecture) as refused:
-        architecture(model)
-    message = str(refused.value)
+        asyncio.run(KVCacheMemory().begin(context))
+    message = one_line(refused.value)
     assert "\n" not in message and reason in message and f"{model_type!r}" in message
     assert "supported: Qwen2-VL (qwen2_vl), Qwen2.5-VL (qwen2_5_vl), Qwen3-VL (qwen3_vl)" in message
