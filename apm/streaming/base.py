@@ -28,15 +28,18 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from apm.backbones.base import Request, Response
+from apm.backbones.hf import HFBackbone
 from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, Note
 from apm.records.declaration import Declaration
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -157,3 +160,23 @@ def earlier_states(context: SessionContext, suffix: str) -> list[tuple[Session, 
     earlier = context.trajectory.sessions[: context.session.index]
     found = [(s, session_path(context.state_dir, s, suffix)) for s in earlier]
     return [(s, path, json.loads(path.read_text(encoding="utf-8"))) for s, path in found if path.exists()]
+
+
+def read_earlier(context: SessionContext, suffix: str,
+                 load: Callable[[Session, Any, Path], list[T]]) -> tuple[list[T], TurnLog]:
+    """What a system kept of each earlier session (``load(session, content, path)`` of its JSON state file
+    ending ``suffix``, oldest first), and the turns those files hold."""
+    kept: list[T] = []
+    turns = TurnLog()
+    for session, path, content in earlier_states(context, suffix):
+        kept += load(session, content, path)
+        turns.read(content)
+    return kept, turns
+
+
+def transformers_backbone(system: str, backbone: Any) -> HFBackbone:
+    """The run's backbone as a system that works on the model's weights needs it, or a one-line refusal."""
+    if not isinstance(backbone, HFBackbone):
+        raise TypeError(f"{system} works on a transformers model: run it with an HFBackbone "
+                        f"(backbone=tiny_qwen2vl_hf, …), not {type(backbone).__name__}")
+    return backbone
