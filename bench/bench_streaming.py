@@ -5,9 +5,10 @@ state bytes per video hour (docs/performance.md, "Streaming systems").
    ``random`` backbone (instant) against ``raw_video`` on the same backbone with 1,024 frames per
    request. The streaming replay reads each session's frames from the frame cache once and feeds
    them in order; raw-video memory reads and sends up to 1,024 frames for every probe.
-2. The reference systems on the tiny random Qwen2-VL (transformers, CPU): ``kv_cache`` and
-   ``event_memory`` (the model also writes the event descriptions), with their state bytes per video
-   hour (Eq. 2 on one trajectory), update time per observed frame, time to first token and RTF.
+2. The reference systems on the tiny random Qwen2-VL (transformers, CPU): ``kv_cache``,
+   ``event_memory`` (the model also writes the event descriptions) and ``feature_memory``, with
+   their state bytes per video hour (Eq. 2 on one trajectory), update time per observed frame, time
+   to first token and RTF.
 
     .venv/bin/python bench/bench_streaming.py [--scale paper] [--trajectories 1]
 """
@@ -126,7 +127,9 @@ def main() -> None:
         tiny = ["backbone=tiny_qwen2vl_hf", f"backbone.model={model}", "generation.max_tokens=8"]
         systems = [system_row("kv_cache", *run(root, tmp / "runs", tmp / "cache", ["memory=kv_cache", *tiny])),
                    system_row("event_memory", *run(root, tmp / "runs", tmp / "cache",
-                                                   ["memory=event_memory", "memory.max_tokens=16", *tiny]))]
+                                                   ["memory=event_memory", "memory.max_tokens=16", *tiny])),
+                   system_row("feature_memory", *run(root, tmp / "runs", tmp / "cache",
+                                                     ["memory=feature_memory", *tiny]))]
     print(f"machine: {cpu_model()}, Python {platform.python_version()}")
     print("| what | probes | frames read from the cache | per probe | wall (s) | per probe (ms) |")
     print("| --- | --- | --- | --- | --- | --- |")

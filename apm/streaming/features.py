@@ -70,7 +70,8 @@ def check_architecture(processor: Any, model: Any) -> None:
     """Refuse a model whose vision encoder this system does not know, naming those it does."""
     name = type(model).__name__
     if name not in SUPPORTED:
-        raise TypeError(f"feature memory reads a Qwen-VL vision encoder ({', '.join(SUPPORTED)}), not {name}")
+        raise TypeError(f"feature memory reads the merged visual tokens of a Qwen-VL vision encoder "
+                        f"({', '.join(SUPPORTED)}), not {name}: its tokens' layout is not known here")
 
 
 def visual_grids(processor: Any, model: Any, frames: list[Frame]) -> np.ndarray:
