@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import yaml
 from runner_helpers import assert_storage_is_on_disk, compose_run, first_trajectory, memory_records, records, run
+from tiny_vlm import make_frames
 
 from apm.configs import CONF_DIR
 from apm.data.frames import Frame
@@ -21,7 +22,16 @@ from apm.data.model import Session
 from apm.data.release import load_release
 from apm.records.declaration import declared
 from apm.runner.config import _locate
-from apm.streaming.features import Entry, FeatureMemory, check_architecture, merge_to_budget
+from apm.streaming.features import (
+    Entry,
+    FeatureMemory,
+    answer_from,
+    check_architecture,
+    merge_to_budget,
+    next_logits,
+    visual_grids,
+    written_in,
+)
 from apm.synth import generate
 from apm.video.cache import FrameCache
 
@@ -100,8 +110,8 @@ def test_the_state_is_bounded_by_the_budget_whatever_the_session_length(full, on
 
 @pytest.mark.slow
 def test_the_state_holds_the_models_own_visual_tokens(full, one, cache, model) -> None:
-    """Each kept entry is the weighted mean of the model's merged visual tokens (its own
-    ``get_video_features``, called here directly) of the frame pairs it covers, average-pooled to 2x2."""
+    """Each kept entry is the weighted mean of the model's merged visual tokens and DeepStack features (its
+    own ``get_video_features``, called here directly) of the frame pairs it covers, average-pooled to 2x2."""
     import torch
     import torch.nn.functional as F
     from transformers import AutoModelForImageTextToText, AutoProcessor  # after apm's torchvision fix
@@ -112,7 +122,8 @@ def test_the_state_holds_the_models_own_visual_tokens(full, one, cache, model) -
     kept = json.loads(_state(full, "0000_*.features.json")[0].read_text())
     with np.load(_state(full, "0000_*.features.npz")[0]) as arrays:
         features = arrays["features"]
-    assert features.dtype == np.float16 and len(features) == sum(e["tokens"] for e in kept["entries"])
+    layers = 1 + len(getattr(vlm.config.vision_config, "deepstack_visual_indexes", ()))
+    assert features.dtype == np.float16 and features.shape[:2] == (layers, sum(e["tokens"] for e in kept["entries"]))
     row = 0
     for e in kept["entries"]:
         (first, _), (last, _) = e["span"]
@@ -126,9 +137,10 @@ def test_the_state_holds_the_models_own_visual_tokens(full, one, cache, model) -
             with torch.inference_mode():
                 tokens = vlm.model.get_video_features(inputs["pixel_values_videos"], inputs["video_grid_thw"])
             _, h, w = (int(x) // 2 for x in inputs["video_grid_thw"][0])
-            grid = tokens.pooler_output[0].reshape(1, h, w, -1).permute(0, 3, 1, 2)
-            grids.append(F.adaptive_avg_pool2d(grid, (2, 2)).flatten(2).transpose(1, 2)[0].numpy())
-        stored = features[row: row + e["tokens"]].astype(np.float32)
+            kinds = [tokens.pooler_output[0], *(f[0] for f in getattr(tokens, "deepstack_features", None) or ())]
+            grid = torch.stack(kinds).reshape(len(kinds), h, w, -1).permute(0, 3, 1, 2)
+            grids.append(F.adaptive_avg_pool2d(grid, (2, 2)).flatten(2).transpose(1, 2).numpy())
+        stored = features[:, row: row + e["tokens"]].astype(np.float32)
         np.testing.assert_allclose(stored, np.mean(grids, axis=0), atol=2e-4, rtol=0)  # features ~0.02: float16 steps
         row += e["tokens"]
 
@@ -143,10 +155,40 @@ def test_answers_do_not_depend_on_the_probes_asked(full, model, one, cache, tmp_
 SESSION = Session("t", "DAY1", "S001", 0, 0, 60, Path("v.mp4"))
 
 
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_injected_features_are_taken_as_the_model_takes_its_own(arch, request) -> None:
+    """Written in unpooled, a video's kept features (DeepStack included) give the logits the model's own
+    forward gives on its pixels at the same positions: the injection is the model's own."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor, DynamicCache  # after apm's torchvision fix
+
+    path = request.getfixturevalue(arch)
+    processor, vlm = AutoProcessor.from_pretrained(path), AutoModelForImageTextToText.from_pretrained(path).eval()
+    frames = make_frames(4, size=(56, 56))
+    grids = visual_grids(processor, vlm, frames)
+    segment = grids.reshape(len(grids), -1, grids.shape[-1])
+    prompt = ("<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>What is it?<|im_end|>\n"
+              "<|im_start|>assistant\n")
+    embeds, extra = written_in(processor, vlm, prompt, [segment])
+    ours = next_logits(vlm, embeds, 0, DynamicCache(), extra)
+    ids = processor.tokenizer(prompt.replace("<|video_pad|>", "<|video_pad|>" * segment.shape[1]),
+                              return_tensors="pt").input_ids
+    pixels = processor.video_processor(videos=[np.stack([f.pixels() for f in frames])], do_sample_frames=False,
+                                       return_tensors="pt")
+    with torch.inference_mode():
+        own = vlm(input_ids=ids, position_ids=torch.arange(ids.shape[1]).view(1, -1), **pixels).logits[0, -1]
+    torch.testing.assert_close(ours, own, atol=1e-5, rtol=1e-4)
+    assert embeds.shape[1] == ids.shape[1] and len(grids) == 1 + len(extra.get("deepstack_visual_embeds", []))
+    answer = answer_from(processor, vlm, prompt, [segment], max_tokens=1)
+    assert answer.prompt_tokens == ids.shape[1] and answer.completion_tokens == 1
+    assert answer.text == processor.tokenizer.decode([int(own.argmax())], skip_special_tokens=True)
+
+
 def _entry(values: list[float], weight: int, first: int) -> Entry:
     """An entry of ``weight`` grids, one frame each, from second ``first``."""
     last = first + weight - 1
-    return Entry(SESSION, ((float(first), first), (float(last), last)), weight, np.array([values], np.float32), weight)
+    return Entry(SESSION, ((float(first), first), (float(last), last)), weight, np.array([[values]], np.float32),
+                 weight)
 
 
 def test_merging_takes_the_most_alike_adjacent_pair_by_weight() -> None:
@@ -154,7 +196,7 @@ def test_merging_takes_the_most_alike_adjacent_pair_by_weight() -> None:
     merged = merge_to_budget([a, b, c], budget=2, dtype="float32")
     assert merged[0] is a and len(merged) == 2
     assert merged[1].weight == 4 and merged[1].frames == 4 and merged[1].span == ((1.0, 1), (4.0, 4))
-    np.testing.assert_allclose(merged[1].features, [[0.025, 1.0]])  # (3 x b + 1 x c) / 4
+    np.testing.assert_allclose(merged[1].features, [[[0.025, 1.0]]])  # (3 x b + 1 x c) / 4
     assert merge_to_budget([a, b, c], budget=3, dtype="float32") == [a, b, c]
 
 

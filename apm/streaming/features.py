@@ -4,17 +4,19 @@ encoder's compressed frame features, injected as embeddings at answer time.
 The model is the run's backbone on the transformers path (``backbone=tiny_qwen2vl_hf``, or any
 :data:`SUPPORTED` Qwen-VL ``apm.backbones.hf.HFBackbone``): the system works on its weights, on its
 worker thread. Every ``chunk_frames`` frames, the chunk goes through the model's own vision encoder
-(``get_video_features``: the merged visual tokens its decoder takes, one grid per temporal patch of
-frames); each grid is average-pooled to at most ``pool`` x ``pool`` tokens and becomes one memory
-entry. A session keeps at most ``budget`` entries: while it holds more, the two adjacent entries most
-alike (cosine of their flattened features) are merged into their weighted mean (weights: how many
-grids each holds), so the state is bounded by the budget whatever the session's length. At a probe
+(``get_video_features``: the merged visual tokens its decoder takes, and Qwen3-VL's DeepStack features,
+one grid per temporal patch of frames); each grid is average-pooled to at most ``pool`` x ``pool``
+tokens and becomes one memory entry. A session keeps at most ``budget`` entries: while it holds
+more, the two adjacent entries most alike (cosine of their flattened features) are merged into their
+weighted mean (weights: how many grids each holds), so the state is bounded by the budget whatever
+the session's length (an entry keeps its span's first and last frame, not every frame). At a probe
 the entries of the visible earlier sessions and of the current one (plus the frames not yet in a
-chunk, encoded for this answer only) are written into the prompt as embeddings, one placeholder run
-per session where the request layout puts its frames, with plain text positions (a merged entry has
-no single grid position), and the answer is decoded greedily up to ``generation.max_tokens``. At the
-session end the entries are written in ``store_dtype``: ``<session>.features.npz`` and
-``<session>.features.json`` (entries' frames, weights and token counts, and the user's turns).
+chunk, encoded for this answer only) are written into the prompt as embeddings (DeepStack ones added
+where the model adds its own), one placeholder run per session where the request layout puts its
+frames, with plain text positions (a merged entry has no single grid position), and the answer is
+decoded greedily up to ``generation.max_tokens``. At the session end the entries are written in
+``store_dtype``: ``<session>.features.npz`` and ``<session>.features.json`` (entries' spans, frame
+counts, weights and token counts, and the user's turns). docs/streaming-systems.md, "Feature memory".
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class Entry:
     frames: int
     """How many frames it covers."""
     features: np.ndarray
-    """(tokens, hidden), float32 holding values of the store dtype (what a later session reads back)."""
+    """(layers, tokens, hidden): the decoder-input tokens, then each DeepStack layer's (Qwen3-VL); float32
+    holding values of the store dtype (what a later session reads back)."""
     weight: int
     """How many grids it averages."""
 
@@ -75,8 +78,9 @@ def check_architecture(processor: Any, model: Any) -> None:
 
 
 def visual_grids(processor: Any, model: Any, frames: list[Frame]) -> np.ndarray:
-    """The model's own merged visual tokens of ``frames`` as one video: (temporal patches, rows, cols, hidden).
-    Fewer frames than a temporal patch are padded with the last one, as Qwen2-VL's processor does itself."""
+    """The model's own merged visual tokens of ``frames`` as one video, then their DeepStack features where the
+    model has them: (layers, temporal patches, rows, cols, hidden). Fewer frames than a temporal patch are
+    padded with the last one, as Qwen2-VL's processor does itself."""
     import torch
 
     frames = frames + frames[-1:] * (model.config.vision_config.temporal_patch_size - len(frames))
@@ -87,18 +91,20 @@ def visual_grids(processor: Any, model: Any, frames: list[Frame]) -> np.ndarray:
         out = model.model.get_video_features(inputs["pixel_values_videos"].to(model.device), grid.to(model.device))
     merge = model.model.visual.spatial_merge_size
     t, h, w = (int(x) for x in grid[0])
-    return out.pooler_output[0].float().cpu().numpy().reshape(t, h // merge, w // merge, -1)
+    layers = [out.pooler_output[0], *(f[0] for f in getattr(out, "deepstack_features", None) or ())]
+    return torch.stack(layers).float().cpu().numpy().reshape(len(layers), t, h // merge, w // merge, -1)
 
 
 def pool_grids(grids: np.ndarray, pool: int) -> np.ndarray:
-    """Each grid average-pooled to at most ``pool`` x ``pool`` tokens: (temporal patches, tokens, hidden)."""
+    """Each grid of each layer average-pooled to at most ``pool`` x ``pool`` tokens: (temporal patches, layers,
+    tokens, hidden)."""
     import torch
     import torch.nn.functional as F
 
-    t, h, w, hidden = grids.shape
-    maps = torch.from_numpy(grids).permute(0, 3, 1, 2)
-    pooled = F.adaptive_avg_pool2d(maps, (min(pool, h), min(pool, w)))
-    return pooled.flatten(2).transpose(1, 2).numpy()
+    layers, t, h, w, hidden = grids.shape
+    maps = torch.from_numpy(grids).reshape(layers * t, h, w, hidden).permute(0, 3, 1, 2)
+    pooled = F.adaptive_avg_pool2d(maps, (min(pool, h), min(pool, w))).flatten(2).transpose(1, 2)
+    return pooled.reshape(layers, t, -1, hidden).transpose(0, 1).numpy()
 
 
 def in_store_dtype(features: np.ndarray, dtype: str) -> np.ndarray:
@@ -122,43 +128,63 @@ def merge_to_budget(entries: list[Entry], budget: int, dtype: str) -> list[Entry
     return entries
 
 
-def answer_from(processor: Any, model: Any, prompt: str, segments: list[np.ndarray], max_tokens: int) -> Response:
-    """Decode greedily from ``prompt`` whose i-th video placeholder stands for ``segments[i]`` (tokens, hidden),
-    written in as embeddings at plain text positions."""
+def written_in(processor: Any, model: Any, prompt: str, segments: list[np.ndarray]) -> tuple[Any, dict[str, Any]]:
+    """``prompt``'s input embeddings with its i-th video placeholder expanded to ``segments[i]`` (layers, tokens,
+    hidden): the first layer written in at those tokens, the others (DeepStack) as the language model's
+    arguments that add them where the model adds its own."""
     import torch
-    from transformers import DynamicCache
 
-    began = time.perf_counter()
     pad = model.config.video_token_id
     prompt_ids = processor.tokenizer(prompt).input_ids
     if prompt_ids.count(pad) != len(segments):
         raise ValueError(f"the prompt holds {prompt_ids.count(pad)} video placeholders for {len(segments)} segments")
     runs = iter(segments)
-    ids = [t for token in prompt_ids for t in ([pad] * len(next(runs)) if token == pad else [token])]
+    expanded = [t for token in prompt_ids for t in ([pad] * next(runs).shape[1] if token == pad else [token])]
+    ids = torch.tensor([expanded], device=model.device)
+    with torch.inference_mode():
+        embeds = model.get_input_embeddings()(ids)
+        if not segments:
+            return embeds, {}
+        memory = torch.from_numpy(np.concatenate(segments, axis=1)).to(model.device, embeds.dtype)
+        embeds[ids == pad] = memory[0]
+    deepstack = {"visual_pos_masks": ids == pad, "deepstack_visual_embeds": list(memory[1:])} if len(memory) > 1 else {}
+    return embeds, deepstack
+
+
+def next_logits(model: Any, embeds: Any, position: int, cache: Any, extra: dict[str, Any]) -> Any:
+    """The language model's logits after ``embeds`` (batch 1) placed at plain text positions from ``position``."""
+    import torch
+
+    span = torch.arange(position, position + embeds.shape[1], device=model.device).view(1, -1)
+    with torch.inference_mode():
+        out = model.model.language_model(inputs_embeds=embeds, position_ids=span, cache=cache, use_cache=True, **extra)
+        return model.lm_head(out.last_hidden_state[0, -1])
+
+
+def answer_from(processor: Any, model: Any, prompt: str, segments: list[np.ndarray], max_tokens: int) -> Response:
+    """Decode greedily up to ``max_tokens`` from ``prompt`` with the memory ``segments`` written in."""
+    import torch
+    from transformers import DynamicCache
+
+    began = time.perf_counter()
+    step, extra = written_in(processor, model, prompt, segments)
+    prompt_tokens = step.shape[1]
     eos = model.generation_config.eos_token_id
     stops = set(eos if isinstance(eos, list) else [eos])
     cache, position, first = DynamicCache(), 0, None
     new: list[int] = []
-    with torch.inference_mode():
-        input_ids = torch.tensor([ids], device=model.device)
-        embeds = model.get_input_embeddings()(input_ids)
-        if segments:
-            embeds[input_ids == pad] = torch.from_numpy(np.concatenate(segments)).to(model.device, embeds.dtype)
-        step: dict[str, Any] = {"inputs_embeds": embeds}
-        while len(new) < max_tokens:
-            length = next(iter(step.values())).shape[1]
-            span = torch.arange(position, position + length, device=model.device).view(1, -1)
-            out = model(**step, position_ids=span, cache=cache, use_cache=True)
-            token = int(out.logits[0, -1].argmax())
-            first = first or time.perf_counter() - began
-            position += length
-            if token in stops:
-                break
-            new.append(token)
-            step = {"input_ids": torch.tensor([[token]], device=model.device)}
+    while len(new) < max_tokens:
+        token = int(next_logits(model, step, position, cache, extra).argmax())
+        first = first or time.perf_counter() - began
+        position, extra = position + step.shape[1], {}
+        if token in stops:
+            break
+        new.append(token)
+        with torch.inference_mode():
+            step = model.get_input_embeddings()(torch.tensor([[token]], device=model.device))
     total = time.perf_counter() - began
     return Response(text=processor.tokenizer.decode(new, skip_special_tokens=True), ttft_s=first, total_s=total,
-                    elapsed_s=total, prompt_tokens=len(ids), completion_tokens=len(new),
+                    elapsed_s=total, prompt_tokens=prompt_tokens, completion_tokens=len(new),
                     finish_reason="length" if len(new) >= max_tokens else "stop")
 
 
@@ -221,7 +247,7 @@ class FeatureMemory(StreamingSystem):
         if not shown:
             return Answer(Response(error="no frame of the session could be observed"), request)
         sessions = sorted({e.session.index: e.session for e in shown}.values(), key=lambda s: s.index)
-        segments = [np.concatenate([e.features for e in shown if e.session is s]) for s in sessions]
+        segments = [np.concatenate([e.features for e in shown if e.session is s], axis=1) for s in sessions]
         prompt = await self.engine.with_model(chat_with_segments, request, len(segments))
         response = await self.engine.with_model(answer_from, prompt, segments, request.settings.max_tokens)
         return Answer(response, request, tuple(f for e in shown for f in e.refs()))
@@ -230,15 +256,14 @@ class FeatureMemory(StreamingSystem):
         if self.pending:
             await self._keep_pending()
         session = self.context.session
-        hidden = self.entries[0].features.shape[1] if self.entries else 0
-        features = np.concatenate([e.features for e in self.entries]) if self.entries else np.zeros((0, hidden))
+        features = np.concatenate([e.features for e in self.entries], axis=1) if self.entries else np.zeros((0, 0, 0))
         buffer = io.BytesIO()
         np.savez(buffer, features=features.astype(self.store_dtype))
         write_atomically(session_path(state_dir, session, ".features.npz"), buffer.getvalue())
-        index = {"entries": [{"span": e.span, "frames": e.frames, "weight": e.weight, "tokens": len(e.features)}
+        index = {"entries": [{"span": e.span, "frames": e.frames, "weight": e.weight, "tokens": e.features.shape[1]}
                              for e in self.entries], "turns": self.turns.to_json()}
         write_atomically(session_path(state_dir, session, ".features.json"), json.dumps(index).encode())
-        return {"entries": len(self.entries), "tokens": len(features),
+        return {"entries": len(self.entries), "tokens": features.shape[1],
                 "frames": sum(e.frames for e in self.entries)}
 
 
@@ -248,4 +273,4 @@ def load_entries(session: Session, index: dict[str, Any], path: Path) -> list[En
         features = arrays["features"].astype(np.float32)
     bounds = np.cumsum([0, *(e["tokens"] for e in index["entries"])])
     return [Entry(session, tuple((float(o), int(s)) for o, s in e["span"]), e["frames"],  # type: ignore[arg-type]
-                  features[bounds[i]: bounds[i + 1]], e["weight"]) for i, e in enumerate(index["entries"])]
+                  features[:, bounds[i]: bounds[i + 1]], e["weight"]) for i, e in enumerate(index["entries"])]
