@@ -23,6 +23,7 @@ from apm.data.release import load_release
 from apm.records.declaration import declared
 from apm.runner.config import _locate
 from apm.streaming.features import (
+    SUPPORTED,
     Entry,
     FeatureMemory,
     answer_from,
@@ -35,7 +36,7 @@ from apm.streaming.features import (
 from apm.synth import generate
 from apm.video.cache import FrameCache
 
-ARCHITECTURES = ["tiny_model", "tiny_qwen3vl"]
+ARCHITECTURES = ["tiny_model", "tiny_qwen25vl", "tiny_qwen3vl"]
 """The tiny random builds (fixture names) the system runs on: one line per architecture."""
 BUDGET = 8
 """Entries kept per session in the runs below: well under a tiny session's temporal patches (~20)."""
@@ -204,7 +205,7 @@ def test_refuses_a_model_whose_vision_encoder_it_does_not_know() -> None:
     class LlavaForConditionalGeneration:
         pass
 
-    with pytest.raises(TypeError, match="Qwen2VLForConditionalGeneration, Qwen3VLForConditionalGeneration.*not Llava"):
+    with pytest.raises(TypeError, match=", ".join(SUPPORTED) + ".*not Llava"):
         check_architecture(None, LlavaForConditionalGeneration())
 
 

@@ -40,7 +40,7 @@ from apm.records.atomic import write_atomically
 from apm.records.declaration import Declaration
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, read_earlier, transformers_backbone
 
-SUPPORTED = ("Qwen2VLForConditionalGeneration", "Qwen3VLForConditionalGeneration")
+SUPPORTED = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration")
 """The model classes whose vision encoder and prompt placeholders :func:`visual_grids` and
 :func:`answer_from` know (each tested on its tiny random build)."""
 PLACEHOLDER = {"type": "video"}
