@@ -1,13 +1,15 @@
-"""Streaming systems on one paper-shaped trajectory: harness cost per probe, and the reference systems'
-state bytes per video hour (docs/performance.md, "Streaming systems").
+"""Streaming systems on one paper-shaped trajectory: harness cost per probe, and every streaming
+reference system's state bytes per video hour (docs/performance.md, "Streaming systems").
 
 1. Harness cost: a streaming system that does nothing with what it observes and answers through the
    ``random`` backbone (instant) against ``raw_video`` on the same backbone with 1,024 frames per
    request. The streaming replay reads each session's frames from the frame cache once and feeds
    them in order; raw-video memory reads and sends up to 1,024 frames for every probe.
-2. The reference systems on the tiny random Qwen2-VL (transformers, CPU): ``kv_cache``,
-   ``event_memory`` (the model also writes the event descriptions) and ``feature_memory``, with
-   their state bytes per video hour (Eq. 2 on one trajectory), update time per observed frame, time
+2. Every reference system of ``conf/memory`` whose class declares streaming input
+   (``declaration.streaming``; :func:`streaming_references`, no hand list) on the tiny random Qwen2-VL
+   (transformers, CPU), a system that writes text with ``memory.max_tokens=16``: its state bytes per
+   video hour (Eq. 2 on one trajectory), update time per observed second, wall time per probe and
+   the part of it outside the system's updates and answers (the harness, start-up included), time
    to first token and RTF.
 
     .venv/bin/python bench/bench_streaming.py [--scale paper] [--trajectories 1]
@@ -27,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
+from hydra.utils import get_class
+from omegaconf import OmegaConf
 
 from apm.configs import CONF_DIR
 from apm.data.frames import Frame
 from apm.data.release import load_release
-from apm.records.declaration import Declaration
+from apm.records.declaration import Declaration, declared
 from apm.runner.app import run_async, run_dir_of
 from apm.streaming import Answer, Probe, SessionContext, StreamingSystem
 from apm.synth import generate
@@ -58,6 +62,23 @@ class NullStream(StreamingSystem):
 
     async def export(self, state_dir: Path) -> dict[str, Any]:
         return {"observed": self.observed}
+
+
+def streaming_references() -> list[str]:
+    """The memory configs of ``conf/memory`` whose class declares streaming input, by config name."""
+    found = []
+    for path in sorted((Path(CONF_DIR) / "memory").glob("*.yaml")):
+        target = OmegaConf.load(path).get("_target_")
+        declaration = declared(get_class(target)) if target else None
+        if declaration is not None and declaration.streaming:
+            found.append(path.stem)
+    return found
+
+
+def system_overrides(name: str) -> list[str]:
+    """A reference's bench settings: a system that writes text (its config has ``max_tokens``) writes 16 tokens."""
+    writes = "max_tokens" in OmegaConf.load(Path(CONF_DIR) / "memory" / f"{name}.yaml")
+    return ["memory.max_tokens=16"] if writes else []
 
 
 def cpu_model() -> str:
@@ -89,16 +110,22 @@ def harness_row(label: str, run_dir: Path, wall: float) -> dict[str, Any]:
 
 
 def system_row(label: str, run_dir: Path, wall: float) -> dict[str, Any]:
-    """State bytes per video hour (the trajectory's last state over its video hours), update and answer times."""
+    """State bytes per video hour (the trajectory's last state over its video hours), update and answer
+    times, wall time per probe and its part outside the system's observe, export and answer calls
+    (``prep_s`` + ``total_s``)."""
     recs, memory = lines(run_dir, "records"), lines(run_dir, "memory")
     last = max(memory, key=lambda m: m["session_index"])
     observed = sum(m["observe_s"] for m in memory)
+    exported = sum(m["update_s"] for m in memory)
+    answered = sum((r["latency"]["prep_s"] or 0.0) + (r["latency"]["total_s"] or 0.0) for r in recs)
     seconds = 3600 * last["prior_hours"]
     ttft = [r["latency"]["ttft_s"] for r in recs if r["latency"]["ttft_s"] is not None]
     rtf = [r["latency"]["rtf"] for r in recs if r["latency"]["rtf"] is not None]
     return {"what": label, "probes": len(recs), "bytes": last["bytes"], "per_hour": last["bytes"] / last["prior_hours"],
             "update_ms_per_s": 1000 * observed / seconds, "ttft_s": statistics.mean(ttft), "rtf": statistics.mean(rtf),
-            "errors": sum(r["error"] is not None for r in recs), "wall_s": wall}
+            "errors": sum(r["error"] is not None for r in recs), "wall_s": wall,
+            "per_probe_ms": 1000 * wall / len(recs),
+            "outside_ms": 1000 * (wall - observed - exported - answered) / len(recs)}
 
 
 def mib(n: float) -> str:
@@ -125,11 +152,9 @@ def main() -> None:
                    harness_row("streaming replay (frames observed once per session)",
                                *run(root, tmp / "runs", tmp / "cache", stream))]
         tiny = ["backbone=tiny_qwen2vl_hf", f"backbone.model={model}", "generation.max_tokens=8"]
-        systems = [system_row("kv_cache", *run(root, tmp / "runs", tmp / "cache", ["memory=kv_cache", *tiny])),
-                   system_row("event_memory", *run(root, tmp / "runs", tmp / "cache",
-                                                   ["memory=event_memory", "memory.max_tokens=16", *tiny])),
-                   system_row("feature_memory", *run(root, tmp / "runs", tmp / "cache",
-                                                     ["memory=feature_memory", *tiny]))]
+        systems = [system_row(name, *run(root, tmp / "runs", tmp / "cache",
+                                         [f"memory={name}", *system_overrides(name), *tiny]))
+                   for name in streaming_references()]
     print(f"machine: {cpu_model()}, Python {platform.python_version()}")
     print("| what | probes | frames read from the cache | per probe | wall (s) | per probe (ms) |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -138,11 +163,12 @@ def main() -> None:
               f"{r['per_probe_ms']:.1f} |")
     print()
     print("| system | probes | state after the last session | per video hour | update time per video second (ms) "
-          "| mean TTFT (s) | mean RTF | errors | wall (s) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| mean TTFT (s) | mean RTF | errors | wall (s) | per probe (ms) | outside the system per probe (ms) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in systems:
         print(f"| {r['what']} | {r['probes']} | {mib(r['bytes'])} | {mib(r['per_hour'])} | "
-              f"{r['update_ms_per_s']:.1f} | {r['ttft_s']:.3f} | {r['rtf']:.4f} | {r['errors']} | {r['wall_s']:.0f} |")
+              f"{r['update_ms_per_s']:.1f} | {r['ttft_s']:.3f} | {r['rtf']:.4f} | {r['errors']} | {r['wall_s']:.0f} | "
+              f"{r['per_probe_ms']:.0f} | {r['outside_ms']:.0f} |")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ def test_columns(scores: pd.DataFrame) -> None:
         "ceiling",
         "streaming",
         "persistent",
+        "representation",
         "judge",
         "metric",
         "task",

@@ -114,7 +114,7 @@ def test_rows_follow_the_papers_order_with_references_last(out: Path) -> None:
 
 def test_table3_streaming_and_persistent_columns(out: Path) -> None:
     table = _table(out, "table3")
-    assert list(table.columns[:3]) == ["Streaming", "Persistent", "CS Und."]
+    assert list(table.columns[:4]) == ["Representation", "Streaming", "Persistent", "CS Und."]
     assert table.loc[SIMPLESTREAM, ["Streaming", "Persistent"]].tolist() == [False, False]
     assert table.loc[f"Raw Video as Memory · {QWEN}", ["Streaming", "Persistent"]].tolist() == [False, True]
     assert table.loc[f"{LEGACY} · {QWEN}", ["Streaming", "Persistent"]].isna().all()  # undeclared
@@ -135,9 +135,9 @@ def test_stateless_protocols_are_not_persistent(out: Path) -> None:
 
 def test_tables_8_and_11_hold_the_declared_specialised_systems(out: Path, scores: pd.DataFrame) -> None:
     t8, t11 = _table(out, "table8"), _table(out, "table11")  # retrieval (general) and undeclared ones are not
-    assert list(t8.index) == SPECIALISED and list(t8.columns) == ["RTF"]
+    assert list(t8.index) == SPECIALISED and list(t8.columns) == ["Representation", "RTF"]
     assert t8.iloc[1]["RTF"] == pytest.approx(_value(scores, MINE, QWEN, "rtf"))
-    assert list(t11.index) == SPECIALISED and list(t11.columns) == ["Failures", "Rate (%)"]
+    assert list(t11.index) == SPECIALISED and list(t11.columns) == ["Representation", "Failures", "Rate (%)"]
 
 
 def test_table9_is_end_to_end_latency_per_backbone_under_video_and_text_memory(
@@ -243,7 +243,8 @@ def test_the_perceivers_ceilings_are_reference_rows_and_dotted_in_the_figures(tm
 
 def test_figures_7_and_8_are_separate_files(out: Path) -> None:
     names = {p.name for p in (out / "figures").iterdir()}
-    assert names == {f"{n}.{s}" for n in ("figure2_tradeoff", "figure7_radar", "figure8_radar") for s in ("png", "svg")}
+    figures = ("figure2_tradeoff", "figure7_radar", "figure8_radar", "figure_state_size")
+    assert names == {f"{n}.{s}" for n in figures for s in ("png", "svg")}
 
 
 def test_figure8_needs_a_specialised_system(tmp_path: Path, scores: pd.DataFrame) -> None:

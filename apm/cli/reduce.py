@@ -71,7 +71,7 @@ def _report(args: argparse.Namespace, runs: RunSet | None, scores: pd.DataFrame 
     if runs is not None and scores is not None:
         scores.to_csv(out / "scores.csv", index=False)
         tables = write_tables(scores, out / "tables", judge_note(runs.judgements))
-        figures = [] if args.no_figures else write_figures(scores, out / "figures")
+        figures = [] if args.no_figures else write_figures(scores, out / "figures", runs.memory)
         write_json_atomically(out / "manifest.json", reduce_manifest(args.runs, runs, args.seed, args.bootstrap))
         if args.compare:
             _compare(args, out)

@@ -1,5 +1,6 @@
 """The paper's figures from ``scores.csv``: the utility–latency–storage bubble chart (Figure 2) and
-the 12-task radar charts of general models (Figure 7) and specialized systems (Figure 8), written as
+the 12-task radar charts of general models (Figure 7) and specialized systems (Figure 8), and from the
+memory lines the specialised systems' state size per session by representation, written as
 PNG and SVG. Methods are placed by their declared family (docs/scores.md, "Groups and labels"):
 baselines and the oracle are in no figure; each figure shows the one SimpleStream method
 (:func:`~apm.reduce.tables.paper_simplestream`) for comparison, and a radar panel also the
@@ -25,7 +26,8 @@ from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from apm.data.tasks import TASKS
-from apm.reduce.names import human_bytes, memory_name
+from apm.records.declaration import REPRESENTATIONS
+from apm.reduce.names import heading, human_bytes, memory_name
 from apm.reduce.tables import coverage_gaps, method_rows, paper_simplestream
 from apm.reduce.units import ALL
 
@@ -162,14 +164,74 @@ def radar_figure(scores: pd.DataFrame, kind: str = "general") -> Figure:
     return fig
 
 
+STATE_COLUMNS = ["method", "representation", "session", "bytes", "trajectories"]
+
+
+def state_size_by_session(scores: pd.DataFrame, memory: pd.DataFrame | None) -> pd.DataFrame:
+    """Per specialised method (in row order) and session (1 = after the first), the persistent state's
+    bytes (memory lines, newest per session), mean over the trajectories that have that session, and
+    how many they are."""
+    if memory is None or memory.empty or scores.empty:
+        return pd.DataFrame(columns=STATE_COLUMNS)
+    methods = method_rows(scores).drop_duplicates("config_hash")
+    systems = methods[methods["method_family"].astype(str) == "specialised"].set_index("config_hash")
+    lines = memory.assign(config_hash=memory["config_hash"].astype(str))
+    lines = lines[lines["config_hash"].isin(systems.index.astype(str))]
+    if lines.empty:
+        return pd.DataFrame(columns=STATE_COLUMNS)
+    sizes = lines.groupby(["config_hash", "session_index"], observed=True)["bytes"].agg(["mean", "count"])
+    out = sizes.reset_index().rename(columns={"mean": "bytes", "count": "trajectories"})
+    out = out.assign(method=out["config_hash"].map(systems["method"].astype(str)),
+                     representation=out["config_hash"].map(systems["representation"].astype(str)),
+                     session=out["session_index"].astype(int) + 1,
+                     order=out["config_hash"].map(systems["method"].cat.codes))
+    out = out.sort_values(["order", "session"], kind="stable").reset_index(drop=True)
+    return out[STATE_COLUMNS].astype({"trajectories": int, "bytes": float})
+
+
+def state_size_figure(scores: pd.DataFrame, memory: pd.DataFrame | None) -> Figure:
+    """Each specialised method's state bytes after each session (:func:`state_size_by_session`), one
+    line per method, coloured by its representation (grey: none declared); log y when sizes span decades."""
+    data = state_size_by_session(scores, memory)
+    if data.empty:
+        return Figure()
+    colours = dict(zip(map(str, REPRESENTATIONS), ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
+    fig = Figure(figsize=(9, 5), dpi=DPI)
+    ax = fig.subplots()
+    for method, line in data.groupby("method", sort=False):
+        representation = str(line["representation"].iloc[0])
+        shown = heading("specialised", "", representation)
+        ax.plot(line["session"], line["bytes"], "o-", color=colours.get(representation, "tab:gray"),
+                linewidth=1.4, markersize=4, label=f"{method} [{shown}]")
+    if spans_decades(data["bytes"].to_numpy(float)):
+        ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: human_bytes(value)))
+    ax.set_xlabel("Session of the trajectory (state after it)")
+    ax.set_ylabel("Persistent state (mean over trajectories)")
+    ax.set_title("State size per session, by memory representation")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+Draw = Callable[[pd.DataFrame, "pd.DataFrame | None"], Figure]
+"""How a figure is drawn: from the scores and the memory lines (None when not loaded)."""
+
+
+def _from_scores(draw: Callable[[pd.DataFrame], Figure]) -> Draw:
+    """A figure drawn from the scores alone."""
+    return lambda scores, _memory: draw(scores)
+
+
 @dataclass(frozen=True)
 class FigureSpec:
-    """A figure: its file name, paper number, caption and how it is drawn from the scores."""
+    """A figure: its file name, paper number, caption and how it is drawn from the scores and memory lines."""
 
     name: str
     paper: str
     caption: str
-    draw: Callable[[pd.DataFrame], Figure]
+    draw: Draw
 
 
 FIGURES = (
@@ -179,19 +241,26 @@ FIGURES = (
         "hour. General video models are shown under Raw Video as Memory, with the specialized memory systems "
         "and SimpleStream. Latency: time to first token in isolated mode (one request at a time after a warm-up); "
         "a method without isolated records is not drawn.",
-        tradeoff_figure,
+        _from_scores(tradeoff_figure),
     ),
     FigureSpec(
         "figure7_radar", "Figure 7",
         "Scores on all 12 tasks for general video models under video- and text-memory protocols. SimpleStream "
         "is shown in the same figure for comparison. All axes use a 0–100 scale.",
-        partial(radar_figure, kind="general"),
+        _from_scores(partial(radar_figure, kind="general")),
     ),
     FigureSpec(
         "figure8_radar", "Figure 8",
         "Scores on all 12 tasks for specialized streaming-memory methods and SimpleStream. All axes use a "
         "0–100 scale.",
-        partial(radar_figure, kind="specialised"),
+        _from_scores(partial(radar_figure, kind="specialised")),
+    ),
+    FigureSpec(
+        "figure_state_size", "State size by representation",
+        "Persistent-state size of each specialised memory system after each session of a trajectory (bytes on "
+        "disk, mean over the trajectories having that session), coloured by its memory representation: what grows "
+        "with the video and what stays bounded (docs/scores.md).",
+        state_size_figure,
     ),
 )
 
@@ -204,13 +273,14 @@ def partial_footnote(fig: Figure, scores: pd.DataFrame) -> str:
     return "\n".join(dict.fromkeys(f"{labels[h]}: {gap}" for h, gap in gaps.items() if labels.get(h, "") in shown))
 
 
-def write_figures(scores: pd.DataFrame, out: Path) -> list[Path]:
-    """Every figure of :data:`FIGURES` as PNG and SVG under ``out`` (those the data allow); a figure
-    showing partial methods says below it what each is missing (docs/scores.md, "Coverage")."""
+def write_figures(scores: pd.DataFrame, out: Path, memory: pd.DataFrame | None = None) -> list[Path]:
+    """Every figure of :data:`FIGURES` as PNG and SVG under ``out`` (those the data allow: the state
+    figure needs the ``memory`` lines); a figure showing partial methods says below it what each is
+    missing (docs/scores.md, "Coverage")."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for spec in FIGURES:
-        fig = spec.draw(scores)
+        fig = spec.draw(scores, memory)
         if not any(ax.has_data() for ax in fig.axes):
             continue
         footnote = partial_footnote(fig, scores)

@@ -31,13 +31,14 @@ RELEASE = "release_fingerprint"
 """Column of the release a line's run answered (its ``run`` block, else the run dir's ``config.json``)."""
 
 CONFIG = ["memory_config", "backbone_config", "memory_variant", "backbone_variant", "settings", "method_family",
-          "tag", "ceiling", "streaming", "persistent"]
+          "tag", "ceiling", "streaming", "persistent", "representation"]
 """Per record, the method's config-group choices; the settings differing from their defaults
 (``recent_frames=8, …``; the summary writer, ``writer=<choice>``, and its settings, ``writer.…``,
 count as the memory's; ``frames.…`` and ``generation.…`` are the run's ``settings``); the method's
 ``method_family``, ``tag`` and ``ceiling`` (``True``/``False``) from its classes' declarations
-(:func:`apm.records.declaration.method_kind`; family empty when undeclared); and what its memory
-declares it supports (``True``/``False``; empty if undeclared)."""
+(:func:`apm.records.declaration.method_kind`; family empty when undeclared); what its memory
+declares it supports (``True``/``False``; empty if undeclared); and the memory representation it
+declares (``kv_cache``…, :data:`apm.records.declaration.REPRESENTATIONS`; empty for none)."""
 
 _CATEGORICAL = METHOD + [RELEASE] + CONFIG + [
     "trajectory_id", "candidate_id", "task", "family", "polarity", "parse_status", "decision", "answer",
@@ -115,12 +116,19 @@ def _capability(name: str) -> Callable[[Row], str]:
     return capability
 
 
+def _representation(r: Row) -> str:
+    """The memory representation the run's memory declares ('' when none, undeclared or older)."""
+    memory = _declarations(r)[0]
+    return memory.representation if memory else ""
+
+
 _RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in named(RunBlock, *METHOD, RELEASE)] + [
     ("memory_config", _choice("memory")), ("backbone_config", _choice("backbone")),
     ("memory_variant", _variant("memory", "writer", chosen="writer")), ("backbone_variant", _variant("backbone")),
     ("settings", _variant("frames", "generation", keep_prefix=True)),
     ("method_family", _kind("family")), ("tag", _kind("tag")), ("ceiling", _kind("ceiling")),
     ("streaming", _capability("streaming")), ("persistent", _capability("persistent")),
+    ("representation", _representation),
 ]
 
 RECORD_FIELDS: list[Field] = _RUN_FIELDS + [

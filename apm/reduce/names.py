@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from apm.records.declaration import REPRESENTATIONS
+
 MEMORY_NAMES = {
     "none": "SimpleStream",
     "raw_video": "Raw Video as Memory",
@@ -25,6 +27,12 @@ BACKBONE_ORDER = (
 )
 """The paper's row order of its backbones within a protocol (Table 4): presentation only; any other
 backbone follows, by name. It groups and tags nothing."""
+
+OTHER_SYSTEMS = "Other Memory Systems"
+"""Table heading of the specialised systems that declare no representation: after the paper's five."""
+_REPRESENTATION_HEADINGS: dict[str, str] = {str(name): shown for name, shown in REPRESENTATIONS.items()}
+FAMILY_HEADINGS = {"baseline": "w/o Memory", "": "Undeclared", "reference": "References"}
+"""Table headings of the blocks of the non-specialised families (a general model's: its protocol's name)."""
 
 SIMPLESTREAM_BACKBONE = "qwen3_vl_8b"
 """The paper's SimpleStream backbone (Section 4.1: Qwen3-VL-8B-Instruct, four recent frames): of several
@@ -80,19 +88,46 @@ def _position(order: tuple[str, ...], name: str) -> int:
     return order.index(name) if name in order else len(order)
 
 
-Rank = tuple[int, str, int, str, str]
+Rank = tuple[int, int, str, int, str, str]
 
 
-def method_rank(family: str, memory: str, backbone_config: str, tag: str = "", backbone: str = "") -> Rank:
-    """Sort key: the family's block (:data:`FAMILY_ORDER`), then the protocol's display name, then
-    the backbones in the paper's order (:data:`BACKBONE_ORDER`) and by tag and name."""
-    return (_position(FAMILY_ORDER, family), memory_name(memory), _position(BACKBONE_ORDER, backbone_config),
+def method_rank(
+    family: str, memory: str, backbone_config: str, tag: str = "", backbone: str = "", representation: str = "",
+) -> Rank:
+    """Sort key: the family's block (:data:`FAMILY_ORDER`), within the specialised one the representation
+    in the paper's order (:data:`~apm.records.declaration.REPRESENTATIONS`, none last), then the
+    protocol's display name, then the backbones in the paper's order (:data:`BACKBONE_ORDER`) and by
+    tag and name."""
+    kind = _position(tuple(REPRESENTATIONS), representation) if family == "specialised" else 0
+    return (_position(FAMILY_ORDER, family), kind, memory_name(memory), _position(BACKBONE_ORDER, backbone_config),
             tag, backbone)
+
+
+def _representation(r: Any) -> str:
+    """A method row's declared representation ('' for a ``scores.csv`` from before it was a column)."""
+    return str(getattr(r, "representation", ""))
 
 
 def row_rank(r: Any) -> Rank:
     """:func:`method_rank` of a method row."""
-    return method_rank(str(r.method_family), str(r.memory), str(r.backbone_config), str(r.tag), str(r.backbone))
+    return method_rank(str(r.method_family), str(r.memory), str(r.backbone_config), str(r.tag), str(r.backbone),
+                       _representation(r))
+
+
+def heading(family: str, memory: str, representation: str = "") -> str:
+    """The heading a table prints above a method's block (as the paper's Tables 3 and 4 do): a
+    specialised system's representation (:data:`OTHER_SYSTEMS` for none), a general model's protocol,
+    else its family's (:data:`FAMILY_HEADINGS`)."""
+    if family == "specialised":
+        return _REPRESENTATION_HEADINGS.get(representation, OTHER_SYSTEMS)
+    if family == "general":
+        return memory_name(memory)
+    return FAMILY_HEADINGS.get(family, FAMILY_HEADINGS[""])
+
+
+def row_heading(r: Any) -> str:
+    """:func:`heading` of a method row."""
+    return heading(str(r.method_family), str(r.memory), _representation(r))
 
 
 def human_bytes(size: float, suffix: str = "") -> str:

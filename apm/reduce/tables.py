@@ -24,6 +24,7 @@ from apm.reduce.names import (
     is_reference,
     method_label,
     method_rank,
+    row_heading,
     row_label,
     row_rank,
 )
@@ -66,7 +67,9 @@ class Table:
     ``attributes`` are per-method columns of ``scores.csv`` (``streaming``) shown first as ✓/✗;
     ``kinds`` keeps only methods of those declared families (all when empty; docs/scores.md);
     ``by_backbone`` makes one row per backbone of the general models (a SimpleStream method keeps
-    its own row), its columns picking a memory config."""
+    its own row), its columns picking a memory config; ``headed`` sets the rows under the paper's
+    block headings (:func:`~apm.reduce.names.heading`: the specialised systems by representation)
+    and gives the CSV a ``Representation`` column."""
 
     name: str
     paper: str
@@ -75,6 +78,7 @@ class Table:
     attributes: tuple[tuple[str, str], ...] = ()
     kinds: frozenset[str] = frozenset()
     by_backbone: bool = False
+    headed: bool = False
 
 
 _SPECIALIZED = frozenset({"specialised"})
@@ -103,7 +107,7 @@ TABLES = (
         tuple(Column(h, "capability_score", f) for f, h in CAPABILITIES.items())
         + (_OVERALL, Column("Storage/hr", "storage_bytes_per_hour", ALL, bytes_per_hour),
            Column("Latency (s)", "ttft_s", ALL)),
-        attributes=(("Streaming", "streaming"), ("Persistent", "persistent")),
+        attributes=(("Streaming", "streaming"), ("Persistent", "persistent")), headed=True,
     ),
     Table(
         "table4", "Table 4",
@@ -111,6 +115,7 @@ TABLES = (
         "evaluation. EA: evidence available in accessible session. EU: evidence unavailable detection.",
         tuple(Column(t, "task_score", t) for t in TASKS)
         + (_OVERALL, Column("EA", "ea_accuracy", EA), Column("EU", "eu_accuracy", EA)),
+        headed=True,
     ),
     Table(
         "table6", "Table 6",
@@ -136,7 +141,7 @@ TABLES = (
         "output token divided by the duration of the causal video prefix, mean over evaluated probes. Values "
         "above 1 cannot keep pace with a live 1-FPS video stream. Lower is faster.",
         (Column("RTF", "rtf", ALL),),
-        kinds=_SPECIALIZED,
+        kinds=_SPECIALIZED, headed=True,
     ),
     Table(
         "table9", "Table 9",
@@ -152,12 +157,13 @@ TABLES = (
         "over trajectories.",
         (Column("Mean", "peak_storage_bytes_mean", ALL, human_bytes),
          Column("Max", "peak_storage_bytes_max", ALL, human_bytes)),
+        headed=True,
     ),
     Table(
         "table11", "Table 11",
         "Unrecoverable output-format failures for specialized memory methods: count, and rate over the "
         "method's evaluated probes. Recoverable formatting errors are excluded.",
-        _FAILURES, kinds=_SPECIALIZED,
+        _FAILURES, kinds=_SPECIALIZED, headed=True,
     ),
     Table(
         "table12", "Table 12",
@@ -173,6 +179,7 @@ TABLES = (
         "most recent completed sessions; Balanced averages EA accuracy and EU detection.",
         (Column("Original Acc.", "ea_original_accuracy", EA), Column("EA Acc.", "ea_accuracy", EA),
          Column("EU Det.", "eu_accuracy", EA), Column("Balanced", "ea_balanced", EA)),
+        headed=True,
     ),
     Table(
         "table_latency", "Latency, all methods",
@@ -236,26 +243,30 @@ def _marked(labels: dict[str, str], partial: set[str]) -> dict[str, str]:
 
 
 def method_rows(scores: pd.DataFrame) -> pd.DataFrame:
-    """Scores with a ``method`` label and ``group``, in the paper's row order (an ordered categorical).
+    """Scores with a ``method`` label, ``group`` and ``heading``, in the paper's row order (an ordered
+    categorical).
 
     Methods are config hashes; ``group`` is the memory config a by-backbone column picks
     (``reference`` for reference rows, which fill none). Of a config holding only the EA set, only EA
     scores are kept (its latency or storage would otherwise stand for the main run's), in its main
-    protocol's row. The
+    protocol's row, under its heading (:func:`~apm.reduce.names.heading`). The
     row of a method that does not cover its plan is labelled '(partial)' (:func:`coverage_gaps`).
     """
+    if "representation" not in scores:  # a scores.csv from before representations
+        scores = scores.assign(representation="")
     ea_only = _ea_only(scores)
     scores = scores[~scores["config_hash"].isin(ea_only) | (scores["task"] == EA)]
     info = scores.loc[:, [*METHOD, *CONFIG]].astype(str).drop_duplicates("config_hash").set_index("config_hash")
     labels = _marked(_labels(info, ea_only), set(coverage_gaps(scores)))
     main = info.loc[[h for h in info.index if h not in ea_only]]
-    rank = {labels[h]: row_rank(r) for h, r in main.iterrows()}
-    rank.update({labels[h]: row_rank(r) for h, r in info.iterrows() if labels[h] not in rank})
+    rank = {labels[h]: (row_rank(r), row_heading(r)) for h, r in main.iterrows()}
+    rank.update({labels[h]: (row_rank(r), row_heading(r)) for h, r in info.iterrows() if labels[h] not in rank})
     group = {h: "reference" if is_reference(r.method_family)
              else EA_ORIGINAL_MEMORY.get(r.memory_config, r.memory_config) for h, r in info.iterrows()}
     hashes = scores["config_hash"].astype(str)
     labelled = scores.assign(method=hashes.map(labels), group=hashes.map(group))
-    order = sorted(set(labels.values()), key=lambda label: (rank[label], label))
+    labelled = labelled.assign(heading=labelled["method"].map(lambda label: rank[label][1]))
+    order = sorted(set(labels.values()), key=lambda label: (rank[label][0], label))
     return labelled.assign(method=pd.Categorical(labelled["method"], order, ordered=True))
 
 
@@ -318,13 +329,23 @@ def _declared(rows: pd.DataFrame, column: str) -> pd.Series:
     return value.where(value.isin(["True", "False"]), "")
 
 
+def headings(table: Table, scores: pd.DataFrame) -> pd.Series:
+    """Per table row, the heading of its block (:func:`~apm.reduce.names.heading`)."""
+    rows = table_rows(table, scores)
+    return rows.groupby("row", observed=True)["heading"].first().astype(str)
+
+
 def numeric(table: Table, scores: pd.DataFrame) -> pd.DataFrame:
     """One row per method (or backbone) having any of the table's cells (a withheld one, NaN,
-    counts); columns: the attributes (``True``/``False``/''), then the headers (+ '<h> sup')."""
+    counts); columns: a headed table's ``Representation`` (the declared one, '' for none), the
+    attributes (``True``/``False``/''), then the headers (+ '<h> sup')."""
     rows = table_rows(table, scores)
     present = _pivot(table, rows, "metric").notna().any(axis=1)
+    kept = (("Representation", "representation"),) if table.headed else ()
     declared = pd.DataFrame({h: _declared(rows, c) for h, c in table.attributes}, index=present.index)
-    out = pd.concat([declared, _pivot(table, rows, "value")], axis=1)[present]
+    kinds = pd.DataFrame({h: rows.groupby("row", observed=True)[c].first().astype(str) for h, c in kept},
+                         index=present.index)
+    out = pd.concat([kinds, declared, _pivot(table, rows, "value")], axis=1)[present]
     out.index.name = "Model" if table.by_backbone else "Method"
     return out
 
@@ -425,10 +446,11 @@ def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[
                  LATENCY_NOTE if timed else "", judge_note, judges_by_row(table, scores)]
         caption = " ".join(filter(None, [f"{table.paper}: {table.caption}", *notes]))
         stem = out / table.name
+        blocks = list(headings(table, scores).reindex(values.index)) if table.headed else None
         values.to_csv(stem.with_suffix(".csv"))
-        stem.with_suffix(".md").write_text(render.markdown(formatted(table, values, False, marks), caption))
+        stem.with_suffix(".md").write_text(render.markdown(formatted(table, values, False, marks), caption, blocks))
         stem.with_suffix(".tex").write_text(
-            render.latex(formatted(table, values, True, marks), caption, f"tab:{table.name}")
+            render.latex(formatted(table, values, True, marks), caption, f"tab:{table.name}", blocks)
         )
         written += [stem.with_suffix(s) for s in (".md", ".csv", ".tex")]
     return written
