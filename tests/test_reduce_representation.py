@@ -5,6 +5,7 @@ per session index, mean over trajectories."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pandas as pd
@@ -147,3 +148,23 @@ def test_no_state_figure_without_a_systems_memory_lines(tmp_path: Path) -> None:
     assert state_size_by_session(scores, loaded.memory).empty
     names = {p.name for p in write_figures(scores, tmp_path / "figures", loaded.memory)}
     assert "figure_state_size.png" not in names
+
+
+def _bench_streaming():  # type: ignore[no-untyped-def]
+    path = Path(__file__).resolve().parents[1] / "bench" / "bench_streaming.py"
+    spec = importlib.util.spec_from_file_location("bench_streaming", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_measures_every_streaming_reference_conf_memory_declares() -> None:
+    """bench/bench_streaming.py finds its systems by declaration: the two built-in references today,
+    any new one once its config lands, never a general protocol."""
+    bench = _bench_streaming()
+    found = bench.streaming_references()
+    assert {"kv_cache", "event_memory"} <= set(found)
+    assert not {"none", "raw_video", "text_summary", "retrieval_bm25", "oracle"} & set(found)
+    assert bench.system_overrides("event_memory") == ["memory.max_tokens=16"]  # it writes descriptions
+    assert bench.system_overrides("kv_cache") == []
