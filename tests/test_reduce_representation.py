@@ -16,7 +16,7 @@ from apm.reduce.figures import state_size_by_session, write_figures
 from apm.reduce.load import load_runs
 from apm.reduce.names import OTHER_SYSTEMS
 from apm.reduce.scores import score_table
-from apm.reduce.tables import write_tables
+from apm.reduce.tables import method_rows, write_tables
 from apm.testing.fixtures import (
     GENERAL_METHOD,
     memory_line,
@@ -105,6 +105,15 @@ def test_csv_names_each_rows_representation_in_row_order(report: tuple[pd.DataFr
     table = pd.read_csv(report[1] / "table3.csv", keep_default_na=False)
     assert list(table.columns[:4]) == ["Method", "Representation", "Streaming", "Persistent"]
     assert list(table["Representation"]) == ["", *SYSTEMS.values()]
+
+
+def test_a_scores_csv_from_before_representations_puts_its_systems_under_the_generic_heading(
+    report: tuple[pd.DataFrame, Path],
+) -> None:
+    older = report[0].drop(columns="representation")
+    rows = method_rows(older).drop_duplicates("config_hash")
+    headings = dict(zip(rows["memory"].astype(str), rows["heading"]))
+    assert headings == {**dict.fromkeys(SYSTEMS, OTHER_SYSTEMS), "raw_video": "Raw Video as Memory"}
 
 
 def test_tables_without_headings_are_unchanged(report: tuple[pd.DataFrame, Path]) -> None:

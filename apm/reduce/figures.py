@@ -215,7 +215,7 @@ def state_size_figure(scores: pd.DataFrame, memory: pd.DataFrame | None) -> Figu
     return fig
 
 
-Draw = Callable[[pd.DataFrame, "pd.DataFrame | None"], Figure]
+Draw = Callable[[pd.DataFrame, pd.DataFrame | None], Figure]
 """How a figure is drawn: from the scores and the memory lines (None when not loaded)."""
 
 
