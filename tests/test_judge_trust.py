@@ -73,10 +73,12 @@ def reduce_to(run_dir: Path, out: Path, *flags: str) -> int:
 
 
 def cell(out: Path, table: str, column: str) -> tuple[float, str]:
-    """The first row's value of ``column`` in a table: numeric (CSV) and as printed (Markdown)."""
+    """The first row's value of ``column`` in a table: numeric (CSV) and as printed (Markdown, past any
+    block heading row)."""
     numeric = pd.read_csv(out / "tables" / f"{table}.csv", index_col=0).iloc[0][column]
     lines = (out / "tables" / f"{table}.md").read_text().splitlines()
-    header, row = ([c.strip() for c in line.strip("|").split("|")] for line in (lines[2], lines[4]))
+    first = next(line for line in lines[4:] if not line.startswith("| **"))
+    header, row = ([c.strip() for c in line.strip("|").split("|")] for line in (lines[2], first))
     return float(numeric), row[header.index(column)]
 
 
