@@ -3,7 +3,8 @@ headers for requests that exercise every encoding choice (images, videos, stills
 output, guided decoding, extra body fields, data-parallel routing), on every served-engine class.
 
 The digests were taken from the engine code before the OpenAI client was split into transport,
-encoding and engine parts (issue 21, item 3); a refactor that changes one byte of a request fails here.
+encoding and engine parts (issue 21, item 3), when httpx serialised the body; they now digest the
+pre-encoded bytes actually sent (issue 24, item 2). A change of one byte of a request fails here.
 """
 
 from __future__ import annotations
@@ -67,10 +68,15 @@ def engines() -> dict[str, OpenAIBackbone]:
 
 
 def sent(engine: OpenAIBackbone, request: Request) -> str:
-    """What goes on the wire for ``request``, as one canonical digest: the body as httpx serialises it
-    (key order kept) and the routing headers."""
-    wire = json.dumps(engine.payload(request), ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256((wire + json.dumps(engine.route(request), sort_keys=True)).encode()).hexdigest()[:16]
+    """What goes on the wire for ``request``, as one canonical digest: the body's bytes as sent
+    (:meth:`OpenAIBackbone.wire`) and the routing headers."""
+    return hashlib.sha256(engine.wire(request) + json.dumps(engine.route(request), sort_keys=True).encode()
+                          ).hexdigest()[:16]
+
+
+def httpx_json(engine: OpenAIBackbone, request: Request) -> bytes:
+    """The body as httpx's ``json=`` serialised it before bodies were pre-encoded (issue 24, item 2)."""
+    return json.dumps(engine.payload(request), ensure_ascii=False, separators=(",", ":")).encode()
 
 
 PINNED: dict[str, str] = {
@@ -103,6 +109,15 @@ def test_every_engine_sends_exactly_what_it_sent_before_the_split(engine: str) -
     backbone = engines()[engine]
     got = {f"{engine}/{name}": sent(backbone, request) for name, request in requests().items()}
     assert got == {key: PINNED[key] for key in got}
+
+
+@pytest.mark.parametrize("engine", sorted(engines()))
+def test_the_pre_encoded_body_is_what_httpx_encoded(engine: str) -> None:
+    """The same bytes, text with every character JSON escapes or passes through included."""
+    backbone = engines()[engine]
+    tricky = Request((Message.text("user", 'é ✓ "q" \\ / \n\t\x01\x1f\x7f\u2028 😀'),), request_id="k4")
+    for request in (*requests().values(), tricky):
+        assert backbone.wire(request) == httpx_json(backbone, request)
 
 
 def test_the_pin_covers_every_encoding_branch() -> None:

@@ -209,7 +209,10 @@ class Response:
     total_s: float = 0.0
     """Seconds from sending the final attempt to its last token: the engine's latency."""
     elapsed_s: float = 0.0
-    """Seconds the whole call took: queueing for a slot, failed attempts and back-off included."""
+    """Seconds the whole call took: encoding, queueing for a slot, failed attempts and back-off included."""
+    encode_s: float | None = None
+    """Seconds the client took to encode the request before sending it (context guard, base64, JSON),
+    before ``ttft_s`` and ``total_s`` start; None: the engine takes no encoded request (in process)."""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None

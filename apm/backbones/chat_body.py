@@ -5,14 +5,25 @@ frame as an ``image_url`` JPEG data URL; ``"video"`` (vLLM) sends each run of fr
 ``video_url`` ``data:video/jpeg;base64,f1,f2,…`` and its true timing as the request's
 ``media_io_kwargs``; stills go as images in both. ``media_uuids`` gives each media item its ``uuid``
 (vLLM keys its caches by it).
+
+:meth:`ChatBody.wire` is the body as sent: JSON bytes (orjson), each data URL spliced in as a
+pre-serialised fragment, byte for byte what ``json.dumps(body(...), ensure_ascii=False,
+separators=(",", ":"))`` gives. Each frame's base64 is computed once and kept in a bounded
+:class:`EncodedFrames` cache, so the probes of a trajectory that show a frame again reuse it
+(docs/backbones.md, "Request bodies").
 """
 
 from __future__ import annotations
 
-import base64
 import logging
+import threading
+from base64 import b64encode
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import orjson
 
 from apm.backbones.base import Message, Request, Stills, TextPart, VideoTiming, frame_uuid, video_timing, video_uuid
 from apm.data.frames import Frame
@@ -20,6 +31,58 @@ from apm.data.frames import Frame
 log = logging.getLogger(__name__)
 
 FrameMode = Literal["images", "video"]
+
+ENCODED_FRAMES_BYTES = 512 * 2**20
+"""The bound of a backbone's :class:`EncodedFrames` cache: JPEG plus base64 bytes held (512 MiB, ~9,000
+frames of 24 KB: the frames of about eight 1,024-frame requests in flight)."""
+IMAGE_URL, VIDEO_URL = b"data:image/jpeg;base64,", b"data:video/jpeg;base64,"
+
+Url = str | orjson.Fragment
+"""A data URL as a string (:meth:`ChatBody.body`) or as a pre-serialised JSON string (:meth:`ChatBody.wire`)."""
+Render = Callable[[bytes, Sequence[bytes]], Url]
+"""A data URL from its prefix and its frames' base64."""
+
+
+def as_text(prefix: bytes, data: Sequence[bytes]) -> str:
+    """A data URL as a Python string (a body to inspect)."""
+    return (prefix + b",".join(data)).decode("ascii")
+
+
+def as_fragment(prefix: bytes, data: Sequence[bytes]) -> orjson.Fragment:
+    """A data URL as a JSON string, already serialised (base64 needs no escaping): orjson copies it as is."""
+    return orjson.Fragment(b"".join((b'"', prefix, b",".join(data), b'"')))
+
+
+class EncodedFrames:
+    """Each frame's base64, computed once: keyed by the frame's identity (its frame-cache entry, content
+    derived, and video offset; a frame read from no cache by its bytes object), a hit only when the JPEG
+    bytes are the same; least recently used first out past ``max_bytes``. Safe to share between threads."""
+
+    def __init__(self, max_bytes: int = ENCODED_FRAMES_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.held = 0
+        """JPEG plus base64 bytes held."""
+        self._entries: OrderedDict[Hashable, tuple[bytes, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, frame: Frame) -> bytes:
+        """The base64 of ``frame``'s JPEG."""
+        key = (frame.entry, frame.offset) if frame.entry else ("", id(frame.jpeg))
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None and (found[0] is frame.jpeg or found[0] == frame.jpeg):
+                self._entries.move_to_end(key)
+                return found[1]
+        data = b64encode(frame.jpeg)
+        with self._lock:
+            if (old := self._entries.pop(key, None)) is not None:
+                self.held -= len(old[0]) + len(old[1])
+            self._entries[key] = (frame.jpeg, data)
+            self.held += len(frame.jpeg) + len(data)
+            while self.held > self.max_bytes and len(self._entries) > 1:
+                jpeg, dropped = self._entries.popitem(last=False)[1]
+                self.held -= len(jpeg) + len(dropped)
+        return data
 
 
 @dataclass(frozen=True)
@@ -32,14 +95,16 @@ class ChatBody:
     json_response_format: bool = True
     json_schema_format: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
+    frames_base64: EncodedFrames = field(default_factory=EncodedFrames, compare=False, repr=False)
+    """Each frame's base64, kept across requests (shared by the probes of a trajectory)."""
 
     def __post_init__(self) -> None:
         if self.frame_mode not in ("images", "video"):
             raise ValueError(f"frame_mode must be 'images' or 'video', not {self.frame_mode!r}")
 
-    def body(self, model: str, request: Request) -> dict[str, Any]:
+    def body(self, model: str, request: Request, render: Render = as_text) -> dict[str, Any]:
         """The chat-completions JSON body asking ``model`` for ``request`` (frames already within the
-        guard's limits).
+        guard's limits), each data URL made by ``render``.
 
         In video mode the runs of frames go as videos with ``media_io_kwargs`` giving vLLM their
         timing and count (without ``num_frames`` vLLM keeps only a list's first 32 frames). vLLM
@@ -49,7 +114,8 @@ class ChatBody:
         timing = self.video_timing(request)
         body: dict[str, Any] = {
             "model": model,
-            "messages": [{"role": m.role, "content": self._content(m, timing is not None)} for m in request.messages],
+            "messages": [{"role": m.role, "content": self._content(m, timing is not None, render)}
+                         for m in request.messages],
             "max_tokens": s.max_tokens,
             "temperature": s.temperature,
             "stream": True,
@@ -69,6 +135,10 @@ class ChatBody:
             body["media_io_kwargs"] = {"video": timing.metadata() | count}
         return body | self.extra_body
 
+    def wire(self, model: str, request: Request) -> bytes:
+        """:meth:`body` as the JSON bytes sent (what httpx's ``json=`` sent, built without scanning the frames)."""
+        return orjson.dumps(self.body(model, request, as_fragment))
+
     def video_timing(self, request: Request) -> VideoTiming | None:
         """In video mode, the one timing every run of frames of ``request`` has; None: send images."""
         if self.frame_mode != "video":
@@ -79,7 +149,7 @@ class ChatBody:
             log.info("%s: runs of frames with different timings go as images", request.request_id)
         return timings.pop() if len(timings) == 1 else None
 
-    def _content(self, m: Message, as_video: bool) -> str | list[dict[str, Any]]:
+    def _content(self, m: Message, as_video: bool, render: Render) -> str | list[dict[str, Any]]:
         if m.role != "user":
             if m.frames:
                 raise ValueError(f"frames are only allowed in user turns, not {m.role}")
@@ -89,11 +159,12 @@ class ChatBody:
             if isinstance(segment, TextPart):
                 out.append(_text(segment.text))
             elif as_video and not isinstance(segment, Stills):
-                data = ",".join(base64.b64encode(f.jpeg).decode("ascii") for f in segment)
-                video = {"type": "video_url", "video_url": {"url": f"data:video/jpeg;base64,{data}"}}
+                url = render(VIDEO_URL, [self.frames_base64(f) for f in segment])
+                video = {"type": "video_url", "video_url": {"url": url}}
                 out.append(video | ({"uuid": video_uuid(segment)} if self.media_uuids else {}))
             else:
-                out += [_image(f) | ({"uuid": frame_uuid(f)} if self.media_uuids else {}) for f in segment]
+                out += [_image(render(IMAGE_URL, (self.frames_base64(f),)))
+                        | ({"uuid": frame_uuid(f)} if self.media_uuids else {}) for f in segment]
         return out
 
 
@@ -105,9 +176,8 @@ def media_items(body: dict[str, Any]) -> str:
     return f"{videos} video and {images} image items"
 
 
-def _image(frame: Frame) -> dict[str, Any]:
-    """One frame as an ``image_url`` part: its cached JPEG bytes, as they are."""
-    url = f"data:image/jpeg;base64,{base64.b64encode(frame.jpeg).decode('ascii')}"
+def _image(url: Url) -> dict[str, Any]:
+    """One frame as an ``image_url`` part: its cached JPEG bytes, as they are, in a data URL."""
     return {"type": "image_url", "image_url": {"url": url}}
 
 

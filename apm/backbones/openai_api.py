@@ -13,6 +13,7 @@ into a repr, a log, a record or a saved config.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
@@ -23,7 +24,15 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from apm.backbones.base import Backbone, EndpointError, GenerationSettings, Message, Request, Response
+from apm.backbones.base import (
+    Backbone,
+    EndpointError,
+    GenerationSettings,
+    Message,
+    Request,
+    Response,
+    Truncation,
+)
 from apm.backbones.chat_body import ChatBody, FrameMode, media_items
 from apm.backbones.guard import ContextGuard, Policy, text_chars
 from apm.backbones.transport import Fatal, Transport
@@ -142,11 +151,16 @@ class OpenAIBackbone(Backbone):
                 error=f"prompt exceeds max_context_tokens={self.guard.max_context_tokens} even without frames",
                 error_kind="context", attempts=0,
             )
-        request, truncation = self.guard.apply(request)
-        payload, route = self.payload(request), self.route(request)
-        response = await self.transport.complete(f"{self.base_url}/chat/completions", payload, route,
+        request, truncation, body = await asyncio.to_thread(self._encode, request)  # off the loop, before the timer
+        encode_s = time.perf_counter() - began
+        response = await self.transport.complete(f"{self.base_url}/chat/completions", body, self.route(request),
                                                  request.request_id)
-        return replace(response, truncation=truncation, elapsed_s=time.perf_counter() - began)
+        return replace(response, truncation=truncation, encode_s=encode_s, elapsed_s=time.perf_counter() - began)
+
+    def _encode(self, request: Request) -> tuple[Request, Truncation | None, bytes]:
+        """``request`` cut to the guard's limits, what the cut dropped, and its body as sent."""
+        request, truncation = self.guard.apply(request)
+        return request, truncation, self.wire(request)
 
     async def preflight(self, where: str = "backbone") -> None:
         """Before a run: the endpoint answers, takes the key and serves the model (``GET /models``, then a
@@ -223,6 +237,10 @@ class OpenAIBackbone(Backbone):
     def payload(self, request: Request) -> dict[str, Any]:
         """The chat-completions JSON body for a request (:meth:`ChatBody.body` naming this endpoint's model)."""
         return self.encoding.body(self.model, request)
+
+    def wire(self, request: Request) -> bytes:
+        """:meth:`payload` as the JSON bytes sent (:meth:`ChatBody.wire`)."""
+        return self.encoding.wire(self.model, request)
 
     def route(self, request: Request) -> dict[str, str]:
         """Headers that send ``request`` to its trajectory's engine of a data-parallel server (none for one

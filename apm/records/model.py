@@ -117,6 +117,7 @@ class Latency:
     engine_ttft_s: Seconds = spec()
     engine_total_s: Seconds = spec()
     elapsed_s: Seconds = spec()
+    encode_s: Seconds = spec(absent_ok=True)
     mode: Literal["isolated", "loaded"] = spec()
     in_flight: int = spec(minimum=0)
     concurrency: int = spec(minimum=1)

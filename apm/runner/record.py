@@ -69,6 +69,7 @@ def make_record(setup: RunSetup, inst: Instance, trajectory: Trajectory, prepare
             "engine_ttft_s": response.ttft_s,
             "engine_total_s": response.total_s,
             "elapsed_s": response.elapsed_s,
+            "encode_s": response.encode_s,
             **latency.conditions(setup, in_flight, response),
         },
         "tokens": {"prompt": response.prompt_tokens, "completion": response.completion_tokens},

@@ -174,7 +174,7 @@ def streaming_record(setup: RunSetup, inst: Instance, traj: Trajectory, answer: 
     from the start of the causal prefix's processing; ``rtf`` always covers the whole prefix."""
     response = answer.response
     streaming = getattr(declared(setup.protocol), "streaming", None) is not False  # undeclared: it streams
-    before_generation = max(0.0, wall - response.total_s)
+    before_generation = max(0.0, wall - response.total_s - (response.encode_s or 0.0))  # encoding: not the system's
     lead = 0.0 if streaming else updates.total
     record = make_record(setup, inst, traj, None, response, lead + before_generation, shown, in_flight)
     request = answer.request

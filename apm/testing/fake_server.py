@@ -1,7 +1,9 @@
 """A loopback OpenAI-compatible chat server that streams canned answers or misbehaves on cue.
 
 Used by the fault tests, the throughput benchmark and the server-lifecycle tests: each chat request
-takes the next entry of ``faults`` (``ok`` once they run out) and the server counts what it saw.
+takes the next entry of ``faults`` (``ok`` once they run out) and the server counts what it saw, and
+logs its own latency (``latencies``; ``GET /fake/latencies`` from another process), the yardstick a
+client's recorded time to first token is checked against.
 Run standalone with ``python -m apm.testing.fake_server --port 0``; it prints ``PORT <n>``.
 """
 
@@ -57,6 +59,11 @@ class FakeServer:
     counts: Counter[str] = field(default_factory=Counter)
     arrivals: list[float] = field(default_factory=list)
     requests: list[tuple[dict[str, str], dict]] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    """Each chat request's body as it arrived, byte for byte (kept with ``requests``)."""
+    latencies: list[float] = field(default_factory=list)
+    """The server's own time to first token of each answered chat request, in answer order: seconds from
+    its request head arriving (body upload and parsing included) to its first content event written."""
     inflight: int = 0
     max_inflight: int = 0
     _server: asyncio.Server | None = None
@@ -111,6 +118,7 @@ class FakeServer:
     async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Serve one request; False when the connection should close."""
         head = await reader.readuntil(b"\r\n\r\n")
+        received = time.perf_counter()
         lines = head.decode("latin-1").split("\r\n")
         method, path, _ = lines[0].split(" ", 2)
         headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
@@ -118,6 +126,8 @@ class FakeServer:
         if method == "GET" and path == "/health":
             ready = time.monotonic() - self._started >= self.ready_after_s
             await _send(writer, 200 if ready else 503, b"")
+        elif method == "GET" and path == "/fake/latencies":
+            await _send(writer, 200, json.dumps(self.latencies).encode())
         elif not self._authorised(headers):
             self.counts["401"] += 1
             await _send(writer, 401, _error("Unauthorized", 401))
@@ -128,7 +138,7 @@ class FakeServer:
             self.inflight += 1
             self.max_inflight = max(self.max_inflight, self.inflight)
             try:
-                return await self._chat(headers, json.loads(body), writer)
+                return await self._chat(headers, body, writer, received)
             finally:
                 self.inflight -= 1
         else:
@@ -152,11 +162,13 @@ class FakeServer:
                                "of text tokens plus multimodal tokens.", 400)
         return None
 
-    async def _chat(self, headers: dict[str, str], body: dict, writer: asyncio.StreamWriter) -> bool:
+    async def _chat(self, headers: dict[str, str], raw: bytes, writer: asyncio.StreamWriter, received: float) -> bool:
         self.counts["requests"] += 1
         self.arrivals.append(time.monotonic())
+        body = json.loads(raw)
         if self.keep_requests:
             self.requests.append((headers, body))
+            self.bodies.append(raw)
         refusal = self._refusal(body) or (
             (400, _error(f"bad request with Authorization: {headers.get('authorization')}", 400))
             if self.echo_headers else None)
@@ -186,6 +198,8 @@ class FakeServer:
         for i, piece in enumerate(pieces):
             delta = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
             _event(writer, json.dumps({**served, "choices": [delta]}))
+            if i == 0:
+                self.latencies.append(time.perf_counter() - received)
             if fault == "drop" and i == len(pieces) // 2:
                 await writer.drain()
                 writer.transport.abort()
