@@ -124,10 +124,10 @@ def report(rows: list[Row], latency: float, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_docs(section: str) -> None:
-    """Replace this benchmark's section of docs/performance.md, keeping every other section."""
+def write_docs(section: str, heading: str = SECTION) -> None:
+    """Replace the section of docs/performance.md under ``heading`` (a benchmark's), keeping every other."""
     text = DOCS.read_text() if DOCS.exists() else "# Performance\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
     text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
     DOCS.write_text(text)
 

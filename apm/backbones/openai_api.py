@@ -19,6 +19,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -40,6 +41,10 @@ from apm.records.declaration import Declaration
 from apm.records.redact import redact, url_userinfo
 
 log = logging.getLogger(__name__)
+
+BODIES_PER_SLOT = 2
+"""Requests that may hold a built body at once, per connection slot (``concurrency``): the next bodies
+are ready when slots free up, and the bodies in memory stay bounded however many requests wait."""
 
 
 def url_credentials_problem(url: str, setting: str) -> str | None:
@@ -115,6 +120,11 @@ class OpenAIBackbone(Backbone):
         )
         self.served: list[str] | None = None
         """What ``GET /models`` listed at the preflight (None: not asked, or the endpoint lists none)."""
+        self._encoder: ThreadPoolExecutor | None = None
+        """The one thread that builds request bodies: off the event loop, and one at a time (the encoding
+        holds the GIL, so more threads would only contend with the loop reading other answers)."""
+        self._bodies: asyncio.Semaphore | None = None
+        """Bounds the requests holding a built body to :data:`BODIES_PER_SLOT` per connection slot."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
@@ -128,11 +138,17 @@ class OpenAIBackbone(Backbone):
         return self.model
 
     async def start(self) -> None:
-        """Open the HTTP connection pool; fails fast when the API key variable is unset."""
+        """Open the HTTP connection pool and the encoder thread; fails fast when the API key variable is unset."""
         self.transport.start()
+        if self._encoder is None:
+            self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"encode-{self.name}")
+            self._bodies = asyncio.Semaphore(BODIES_PER_SLOT * self.transport.concurrency)
 
     async def close(self) -> None:
         await self.transport.close()
+        encoder, self._encoder = self._encoder, None
+        if encoder is not None:
+            encoder.shutdown(wait=False, cancel_futures=True)
 
     async def generate(self, request: Request) -> Response:
         """One streamed completion, retried on transient failures; errors come back in the Response."""
@@ -143,7 +159,7 @@ class OpenAIBackbone(Backbone):
 
     async def _complete(self, request: Request) -> Response:
         """:meth:`generate` without its warning (the preflight reports its failures in one line)."""
-        if not self.transport.started:
+        if not self.transport.started or self._encoder is None or self._bodies is None:
             raise RuntimeError(f"{self.name}: call start() (or use `async with`) before generate()")
         began = time.perf_counter()
         if self.guard.frame_budget(request) < 0:
@@ -151,10 +167,12 @@ class OpenAIBackbone(Backbone):
                 error=f"prompt exceeds max_context_tokens={self.guard.max_context_tokens} even without frames",
                 error_kind="context", attempts=0,
             )
-        request, truncation, body = await asyncio.to_thread(self._encode, request)  # off the loop, before the timer
-        encode_s = time.perf_counter() - began
-        response = await self.transport.complete(f"{self.base_url}/chat/completions", body, self.route(request),
-                                                 request.request_id)
+        async with self._bodies:  # built off the loop, before the timer starts
+            cut, truncation, body = await asyncio.get_running_loop().run_in_executor(self._encoder, self._encode,
+                                                                                     request)
+            encode_s = time.perf_counter() - began
+            response = await self.transport.complete(f"{self.base_url}/chat/completions", body, self.route(cut),
+                                                     cut.request_id)
         return replace(response, truncation=truncation, encode_s=encode_s, elapsed_s=time.perf_counter() - began)
 
     def _encode(self, request: Request) -> tuple[Request, Truncation | None, bytes]:

@@ -2,7 +2,7 @@
 
 Used by the fault tests, the throughput benchmark and the server-lifecycle tests: each chat request
 takes the next entry of ``faults`` (``ok`` once they run out) and the server counts what it saw, and
-logs its own latency (``latencies``; ``GET /fake/latencies`` from another process), the yardstick a
+logs its own latency (``latencies``; ``GET /fake/stats`` from another process), the yardstick a
 client's recorded time to first token is checked against.
 Run standalone with ``python -m apm.testing.fake_server --port 0``; it prints ``PORT <n>``.
 """
@@ -18,6 +18,8 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import orjson
 
 FAULTS = ("ok", "429", "500", "400", "malformed", "drop", "hang", "trickle")
 """``drop`` closes the connection mid-answer; ``hang`` never answers; ``trickle`` sends keep-alive
@@ -126,8 +128,8 @@ class FakeServer:
         if method == "GET" and path == "/health":
             ready = time.monotonic() - self._started >= self.ready_after_s
             await _send(writer, 200 if ready else 503, b"")
-        elif method == "GET" and path == "/fake/latencies":
-            await _send(writer, 200, json.dumps(self.latencies).encode())
+        elif method == "GET" and path == "/fake/stats":
+            await _send(writer, 200, json.dumps(self.take_stats()).encode())
         elif not self._authorised(headers):
             self.counts["401"] += 1
             await _send(writer, 401, _error("Unauthorized", 401))
@@ -144,6 +146,12 @@ class FakeServer:
         else:
             await _send(writer, 404, b"")
         return True
+
+    def take_stats(self) -> dict[str, object]:
+        """The latencies and the most chat requests in flight at once since the last call, then reset."""
+        stats = {"latencies": self.latencies, "max_inflight": self.max_inflight}
+        self.latencies, self.max_inflight = [], self.inflight
+        return stats
 
     def _authorised(self, headers: dict[str, str]) -> bool:
         return self.api_key is None or headers.get("authorization") == f"Bearer {self.api_key}"
@@ -165,7 +173,7 @@ class FakeServer:
     async def _chat(self, headers: dict[str, str], raw: bytes, writer: asyncio.StreamWriter, received: float) -> bool:
         self.counts["requests"] += 1
         self.arrivals.append(time.monotonic())
-        body = json.loads(raw)
+        body = orjson.loads(raw)  # a 1,024-frame body: a few ms, so the server is not what a benchmark measures
         if self.keep_requests:
             self.requests.append((headers, body))
             self.bodies.append(raw)
