@@ -168,17 +168,18 @@ class OpenAIBackbone(Backbone):
                 error_kind="context", attempts=0,
             )
         async with self._bodies:  # built off the loop, before the timer starts
-            cut, truncation, body = await asyncio.get_running_loop().run_in_executor(self._encoder, self._encode,
-                                                                                     request)
-            encode_s = time.perf_counter() - began
+            cut, truncation, body, encode_s = await asyncio.get_running_loop().run_in_executor(
+                self._encoder, self._encode, request)
             response = await self.transport.complete(f"{self.base_url}/chat/completions", body, self.route(cut),
                                                      cut.request_id)
         return replace(response, truncation=truncation, encode_s=encode_s, elapsed_s=time.perf_counter() - began)
 
-    def _encode(self, request: Request) -> tuple[Request, Truncation | None, bytes]:
-        """``request`` cut to the guard's limits, what the cut dropped, and its body as sent."""
+    def _encode(self, request: Request) -> tuple[Request, Truncation | None, bytes, float]:
+        """``request`` cut to the guard's limits, what the cut dropped, its body as sent, and the seconds
+        all that took (waiting for the encoder thread not included)."""
+        began = time.perf_counter()
         request, truncation = self.guard.apply(request)
-        return request, truncation, self.wire(request)
+        return request, truncation, self.wire(request), time.perf_counter() - began
 
     async def preflight(self, where: str = "backbone") -> None:
         """Before a run: the endpoint answers, takes the key and serves the model (``GET /models``, then a
