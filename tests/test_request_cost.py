@@ -15,7 +15,7 @@ from runner_helpers import compose_run, records, run, served
 
 from apm.backbones import chat_body
 from apm.backbones.base import FramePart, Message, Request, TextPart
-from apm.backbones.openai_api import OpenAIBackbone
+from apm.backbones.openai_api import BODIES_PER_SLOT, OpenAIBackbone
 from apm.data import clock
 from apm.data.frames import Frame
 from apm.synth import generate
@@ -121,3 +121,30 @@ def test_every_record_of_a_served_engine_says_how_long_its_body_took_to_encode(t
         lat = r["latency"]
         assert 0 < lat["encode_s"] < lat["elapsed_s"]
         assert lat["ttft_s"] == pytest.approx(lat["prep_s"] + lat["engine_ttft_s"])  # not part of the TTFT
+
+
+def test_bodies_built_ahead_of_a_connection_slot_are_bounded():
+    """Six requests for one slot: while the first is answered, only BODIES_PER_SLOT bodies exist (its own
+    and the next), not all six."""
+    built: list[str] = []
+    built_when_answered: list[int] = []
+
+    async def main(url: str) -> None:
+        async with OpenAIBackbone(model="fake", base_url=url, concurrency=1) as backbone:
+            wire = backbone.wire
+
+            def counted(r: Request) -> bytes:
+                built.append(r.request_id)
+                return wire(r)
+
+            backbone.wire = counted  # type: ignore[method-assign]
+
+            async def one(r: Request) -> None:
+                assert (await backbone.generate(r)).ok
+                built_when_answered.append(len(built))
+
+            await asyncio.gather(*(one(request(range(i, i + 2))) for i in range(6)))
+
+    with served(latency_s=0.1) as srv:
+        asyncio.run(main(srv.base_url))
+    assert built_when_answered[0] == BODIES_PER_SLOT and len(built) == 6

@@ -8,8 +8,9 @@ frame as an ``image_url`` JPEG data URL; ``"video"`` (vLLM) sends each run of fr
 
 :meth:`ChatBody.wire` is the body as sent: JSON bytes (orjson), each data URL spliced in as a
 pre-serialised fragment, byte for byte what ``json.dumps(body(...), ensure_ascii=False,
-separators=(",", ":"))`` gives. Each frame's base64 is computed once and kept in a bounded
-:class:`EncodedFrames` cache, so the probes of a trajectory that show a frame again reuse it
+separators=(",", ":"))`` gives. Each frame's base64 (pybase64, SIMD: the same bytes as the standard
+library's, ~7x faster) is computed once and kept in a bounded :class:`EncodedFrames` cache, so the
+probes of a trajectory that show a frame again reuse it
 (docs/backbones.md, "Request bodies").
 """
 
@@ -17,13 +18,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from base64 import b64encode
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
+from pybase64 import b64encode
 
 from apm.backbones.base import Message, Request, Stills, TextPart, VideoTiming, frame_uuid, video_timing, video_uuid
 from apm.data.frames import Frame
