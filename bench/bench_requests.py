@@ -27,7 +27,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 from bench_backbone_throughput import machine, start_server, write_docs
@@ -55,6 +55,8 @@ class Row:
     encode_s: float | None
     ttft_s: float
     server_ttft_s: float
+    vs_bare: float = 1.0
+    """Median over repeats of this client's requests/s ÷ bare's in the same repeat."""
 
     @property
     def rps(self) -> float:
@@ -139,19 +141,27 @@ async def measure(base_url: str, client: str, req: Request, concurrency: int, n:
                statistics.median(ttfts), statistics.median(stats["latencies"]))
 
 
-def best(base_url: str, client: str, req: Request, concurrency: int, n: int, latency: float, repeats: int) -> Row:
-    """The least disturbed (fastest) of ``repeats`` runs."""
-    return max((asyncio.run(measure(base_url, client, req, concurrency, n, latency)) for _ in range(repeats)),
-               key=lambda r: r.rps)
+CLIENTS = ("bare", "apm warm", "apm cold")
+
+
+def compared(base_url: str, req: Request, concurrency: int, n: int, latency: float, repeats: int) -> list[Row]:
+    """Each client's median run (by requests/s) of ``repeats``, the clients taking turns within each repeat so
+    the machine's changing load falls on all of them; ``vs_bare`` pairs each run with bare's of its repeat."""
+    runs = [[asyncio.run(measure(base_url, c, req, concurrency, n, latency)) for c in CLIENTS] for _ in range(repeats)]
+    rows = []
+    for i, _ in enumerate(CLIENTS):
+        mine = sorted((rep[i] for rep in runs), key=lambda r: r.rps)
+        ratio = statistics.median(rep[i].rps / rep[0].rps for rep in runs)
+        rows.append(replace(mine[len(mine) // 2], vs_bare=ratio))
+    return rows
 
 
 def report(rows: list[Row], command: str, frame_bytes: int) -> str:
-    bare_rps = {(r.frames, r.concurrency, r.latency_s): r.rps for r in rows if r.client == "bare"}
     lines = [
         SECTION, "",
         "What one many-frame request costs the harness and whether its recorded time to first token is the "
-        "server's (`bench/bench_requests.py`; issue 24, item 2). The backbone builds each body once, in a worker "
-        "thread, before the request's timer starts: orjson bytes with each frame's base64 spliced in as a "
+        "server's (`bench/bench_requests.py`; issue 24, item 2). The backbone builds each body once, in its one "
+        "encoder thread, before the request's timer starts: orjson bytes with each frame's base64 spliced in as a "
         "pre-serialised fragment, the base64 taken from a bounded per-backbone cache keyed by frame identity "
         "([backbones.md](backbones.md#request-bodies)). Against the loopback fake server in a subprocess, "
         "which logs its own time to first token (request head arriving → first content event written, "
@@ -161,18 +171,18 @@ def report(rows: list[Row], command: str, frame_bytes: int) -> str:
         f"{frame_bytes:,} B (≈ 19 MiB of base64 per 1,024 frames). CPU: this process's `time.process_time()` "
         "(threads included, server excluded) per request. TTFT ratio: median recorded `engine_ttft_s` ÷ median "
         "of the server's own latencies. Targets: CPU ≤ 60 ms for a 1,024-frame request; ≥ 0.9 of bare's "
-        "requests/s at 975 frames; TTFT ratio ≤ 1.05 at C = 1 and C = 16. Each row is the fastest of "
-        "`--repeats` runs; the server (one Python process parsing each body) bounds requests/s on this machine.",
+        "requests/s at 975 frames; TTFT ratio ≤ 1.05 at C = 1 and C = 16. The clients take turns within each of "
+        "`--repeats` repeats; each row is a client's median run by requests/s, and ÷ bare the median of its "
+        "requests/s over bare's in the same repeat.",
         "", f"Command: `{command}`", "", f"Machine: {machine()}", "",
         "| client | frames | C | L (s) | requests | requests/s | ÷ bare | harness CPU ms / request | max in flight "
         "| median encode_s (ms) | median TTFT recorded / server (s) | TTFT ratio |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
-        ratio = r.rps / bare_rps[(r.frames, r.concurrency, r.latency_s)]
         encode = f"{1000 * r.encode_s:.1f}" if r.encode_s is not None else "–"
         lines.append(f"| {r.client} | {r.frames} | {r.concurrency} | {r.latency_s:g} | {r.requests} | {r.rps:.2f} | "
-                     f"{ratio:.2f} | {r.cpu_ms:.1f} | {r.max_inflight} | {encode} | "
+                     f"{r.vs_bare:.2f} | {r.cpu_ms:.1f} | {r.max_inflight} | {encode} | "
                      f"{r.ttft_s:.3f} / {r.server_ttft_s:.3f} | {r.ttft_s / r.server_ttft_s:.3f} |")
     return "\n".join(lines) + "\n"
 
@@ -185,23 +195,22 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=975, help="frames per request of the throughput and TTFT rows")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     p.add_argument("--rounds", type=int, default=4, help="requests per run = rounds × C (at least 8)")
-    p.add_argument("--repeats", type=int, default=3, help="runs per setting; the least disturbed (fastest) is kept")
+    p.add_argument("--repeats", type=int, default=3, help="repeats per setting, the clients taking turns in each")
     p.add_argument("--write-docs", action="store_true", help="write the figures into docs/performance.md")
     args = p.parse_args()
-    clients = ("bare", "apm warm", "apm cold")
     rows: list[Row] = []
     proc, base_url = start_server(0.0)
     try:
         cpu_req = request(frames(args.cpu_frames, args.frame_bytes, "cpu"), "cpu")
-        rows += [best(base_url, c, cpu_req, 1, 8, 0.0, args.repeats) for c in clients]
+        rows += compared(base_url, cpu_req, 1, 8, 0.0, args.repeats)
     finally:
         proc.terminate()
         proc.wait()
     proc, base_url = start_server(args.latency)
     try:
         req = request(frames(args.frames, args.frame_bytes, "rate"), "rate")
-        rows += [best(base_url, c, req, conc, max(8, args.rounds * conc), args.latency, args.repeats)
-                 for conc in args.concurrency for c in clients]
+        for conc in args.concurrency:
+            rows += compared(base_url, req, conc, max(8, args.rounds * conc), args.latency, args.repeats)
     finally:
         proc.terminate()
         proc.wait()
