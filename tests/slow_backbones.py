@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from pathlib import Path
+from typing import ClassVar
 
 from apm.backbones.baselines import RandomBaseline
 
@@ -14,6 +16,24 @@ class SlowRandom(RandomBaseline):
 
     async def answer_instance(self, request, instance):
         await asyncio.sleep(0.03)
+        return await super().answer_instance(request, instance)
+
+
+class Overlapping(RandomBaseline):
+    """The random baseline at 50 ms an answer, noting whose requests are in flight at once: ``PEAK`` holds
+    the most trajectories seen with a request in flight together (``"trajectories"``)."""
+
+    IN_FLIGHT: ClassVar[Counter[str]] = Counter()
+    PEAK: ClassVar[dict[str, int]] = {}
+
+    async def answer_instance(self, request, instance):
+        flying = Overlapping.IN_FLIGHT
+        flying[instance.trajectory_id] += 1
+        Overlapping.PEAK["trajectories"] = max(Overlapping.PEAK.get("trajectories", 0), len(+flying))
+        try:
+            await asyncio.sleep(0.05)
+        finally:
+            flying[instance.trajectory_id] -= 1
         return await super().answer_instance(request, instance)
 
 

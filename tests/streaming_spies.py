@@ -171,3 +171,38 @@ class CrashingSpy(PixelSpy):
 
     async def answer(self, probe: Probe) -> Answer:
         raise RuntimeError("no answer today")
+
+
+class SerialSpy(BackboneSpy):
+    """A spy that declares it must replay serially: the run drives one session at a time through it."""
+
+    serial = True
+
+
+class ChunkSpy(PixelSpy):
+    """A spy that works like a chunked KV cache: every ``chunk_frames`` frames an update costs ``encode_s``,
+    and an answer between chunk boundaries first encodes the frames still pending (``encode_s`` too).
+    ``ALIGNED`` maps each instance key to whether its probe fell on a chunk boundary."""
+
+    ALIGNED: dict[str, bool] = {}
+
+    def __init__(self, chunk_frames: int = 4, encode_s: float = 0.1, delay_s: float = 0.0, name: str | None = None):
+        super().__init__(delay_s, name)
+        self.chunk_frames, self.encode_s = chunk_frames, encode_s
+
+    async def begin(self, context: SessionContext) -> None:
+        await super().begin(context)
+        self.pending = 0
+
+    async def observe_frame(self, frame: Frame) -> None:
+        await super().observe_frame(frame)
+        self.pending += 1
+        if self.pending == self.chunk_frames:
+            await asyncio.sleep(self.encode_s)
+            self.pending = 0
+
+    async def answer(self, probe: Probe) -> Answer:
+        ChunkSpy.ALIGNED[probe.instance.key] = self.pending == 0
+        if self.pending:
+            await asyncio.sleep(self.encode_s)  # the partial chunk, encoded on a fork: the state stays as it was
+        return await super().answer(probe)

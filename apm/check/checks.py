@@ -204,9 +204,12 @@ def state_bytes(state_root: Path, lines: list[dict[str, Any]], events: list[Even
         if last["bytes"] != sum(measured.values()):
             problems.append(f"{tid}: the last memory line says {last['bytes']} bytes, its files sum to "
                             f"{sum(measured.values())}")
-    main = next((e["copy"] for e in events if e["event"] == "begin"), None)
+    main: dict[str, str] = {}  # each trajectory's first copy: its main replay (later copies answer EA)
     for e in events:
-        if e["event"] == "begin" and e["copy"] == main:
+        if e["event"] == "begin":
+            main.setdefault(e["trajectory"], e["copy"])
+    for e in events:
+        if e["event"] == "begin" and e["copy"] == main[e["trajectory"]]:
             index = next((m["session_index"] for m in lines if m["trajectory_id"] == e["trajectory"]
                           and f"{m['day_id']}/{m['session_id']}" == e["session"]), None)
             before = _measured(newest.get((e["trajectory"], index - 1))) if index else {}

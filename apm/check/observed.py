@@ -89,8 +89,9 @@ class Observed(StreamingSystem):
 
 @functools.cache
 def _observer_of(kind: type[StreamingSystem]) -> type[Observed]:
-    """``Observed`` declaring what ``kind`` declares, so the run records the real system's declaration."""
-    return type(f"Observed{kind.__name__}", (Observed,), {"declaration": kind.declaration,
+    """``Observed`` declaring what ``kind`` declares (and replayed as serially), so the run records the real
+    system's declaration and drives it as it asks."""
+    return type(f"Observed{kind.__name__}", (Observed,), {"declaration": kind.declaration, "serial": kind.serial,
                                                            "__module__": __name__})
 
 

@@ -23,9 +23,9 @@ import abc
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -213,20 +213,21 @@ class OnlineRun:
         instances = [[i for i in insts if not method.held_back(traj, i)] for insts in everything]
         recorded = recorded_lines(traj, memory_done)
         redo = method.resume_at(recorded, instances, on_record)
-        kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded[:redo]])
-        shown = NO_MEMORY
-        prior_seconds = 0
-        for session in traj.sessions:
-            todo = self.todo(instances[session.index], on_record, shown)
-            prior_seconds += session.duration
-            update = session.index >= kept
-            line = None
-            if todo or update:
-                line = await method.session(traj, session, state_dir, todo, shown, prior_seconds, update)
-            shown = recorded[session.index] if line is None else line
-        held_back = [i for insts in everything for i in insts if method.held_back(traj, i)]
-        if held_back:
-            await method.answer_held_back(traj, held_back, on_record)
+        async with method.replaying(traj):
+            kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded[:redo]])
+            shown = NO_MEMORY
+            prior_seconds = 0
+            for session in traj.sessions:
+                todo = self.todo(instances[session.index], on_record, shown)
+                prior_seconds += session.duration
+                update = session.index >= kept
+                line = None
+                if todo or update:
+                    line = await method.session(traj, session, state_dir, todo, shown, prior_seconds, update)
+                shown = recorded[session.index] if line is None else line
+            held_back = [i for insts in everything for i in insts if method.held_back(traj, i)]
+            if held_back:
+                await method.answer_held_back(traj, held_back, on_record)
 
     def todo(self, instances: list[Instance], on_record: OnRecordByKey, shown: dict[str, Any]) -> list[Instance]:
         """The instances still to run: all but those on record with the memory they would be shown now."""
@@ -294,6 +295,10 @@ class SessionReplay(abc.ABC):
     def held_back(self, traj: Trajectory, inst: Instance) -> bool:
         """Whether an instance is answered apart, after the trajectory's sessions (none by default)."""
         return False
+
+    def replaying(self, traj: Trajectory) -> AbstractAsyncContextManager[None]:
+        """What the kind holds while a trajectory replays (nothing by default: each request takes a slot)."""
+        return nullcontext()
 
     def resume_at(self, recorded: list[dict[str, Any]], instances: list[list[Instance]],
                   on_record: OnRecordByKey) -> int:
@@ -365,9 +370,11 @@ class ProtocolReplay(SessionReplay):
 class StreamReplay(SessionReplay):
     """A streaming system (``apm.runner.streaming``): each session is begun from the state exported
     before it, fed its frames and turns in wall-clock order with each probe answered at its time, and
-    exported. One session replays at a time per run (the system keeps in-session state on itself);
-    every restricted (EA) instance is answered apart, by a fresh copy of the system fed only its visible
-    sessions (docs/streaming-systems.md, "Restricted instances (EA)").
+    exported. A trajectory replays holding one of the run's slots, through its own copy of the system
+    (which keeps in-session state on itself), so up to ``concurrency`` trajectories replay at once; a
+    system that declares ``serial`` is the run's one object, one trajectory at a time. Every restricted
+    (EA) instance is answered apart, by a fresh copy of the system fed only its visible sessions
+    (docs/streaming-systems.md, "Restricted instances (EA)").
 
     Resume: a session's in-session state is never saved, so a crash loses it. A rerun keeps the states
     on record only up to the first session with an instance not on record, and replays every session
@@ -376,8 +383,21 @@ class StreamReplay(SessionReplay):
     def __init__(self, run: OnlineRun, system: StreamingSystem) -> None:
         super().__init__(run)
         self.system = system
-        self.lock = asyncio.Lock()
-        """A system holds one session's state at a time."""
+        self.serial = asyncio.Lock()
+        """Held while a trajectory replays through a ``serial`` system (one object, one session at a time)."""
+        self.systems: dict[str, StreamingSystem] = {}
+        """The system each trajectory replaying now goes through."""
+
+    @asynccontextmanager
+    async def replaying(self, traj: Trajectory) -> AsyncIterator[None]:
+        """Hold a slot while the trajectory replays, through its own copy of the system as configured (a
+        ``serial`` system: the run's one object, holding it alone)."""
+        async with self.serial if self.system.serial else nullcontext(), self.run.slots:
+            self.systems[traj.trajectory_id] = self.system if self.system.serial else self.run.setup.fresh_system()
+            try:
+                yield
+            finally:
+                del self.systems[traj.trajectory_id]
 
     def held_back(self, traj: Trajectory, inst: Instance) -> bool:
         return streaming.restricted(traj, inst)
@@ -391,13 +411,13 @@ class StreamReplay(SessionReplay):
         """One session through the system: begin, observe and answer in time order, export. Every
         session before :meth:`resume_at` has all its instances on record, so each replayed one updates."""
         assert update, "a streaming session is replayed whole or not at all (resume_at)"
-        async with self.lock, self.run.slots:
-            updates = await self.stream_session(self.system, traj, session, state_dir, todo, shown)
-            began = time.perf_counter()
-            facts = await self.system.export(state_dir)
-            update_s = time.perf_counter() - began
-            facts = {**facts, "observe_s": updates.total}
-            return await self.run.memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
+        system = self.systems[traj.trajectory_id]
+        updates = await self.stream_session(system, traj, session, state_dir, todo, shown)
+        began = time.perf_counter()
+        facts = await system.export(state_dir)
+        update_s = time.perf_counter() - began
+        facts = {**facts, "observe_s": updates.total}
+        return await self.run.memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
 
     async def stream_session(self, system: StreamingSystem, traj: Trajectory, session: Session, state_dir: Path,
                              todo: list[Instance], shown: dict[str, Any]) -> streaming.UpdateClock:
@@ -417,7 +437,7 @@ class StreamReplay(SessionReplay):
             while probes and probes[0].probe_time < at:
                 await self.answer_probe(system, traj, probes.pop(0), updates, shown, unseen)
             observed = system.observe_frame(event) if isinstance(event, Frame) else system.observe_turn(event)
-            await updates.timed(observed)
+            await updates.timed(observed, at)
         for inst in probes:
             await self.answer_probe(system, traj, inst, updates, shown, unseen)
         return updates
@@ -458,12 +478,10 @@ class StreamReplay(SessionReplay):
         for visible, group in groups.items():
             state_dir = streaming.visible_state_dir(self.run.setup, traj, visible)
             system = self.run.setup.fresh_system()
-            async with self.lock, self.run.slots:
-                shown = await self.build_visible_state(system, traj, visible[:-1], state_dir)
+            shown = await self.build_visible_state(system, traj, visible[:-1], state_dir)
             todo = self.run.todo(group, on_record, shown)
             if todo:
-                async with self.lock, self.run.slots:
-                    await self.stream_session(system, traj, traj.session(visible[-1]), state_dir, todo, shown)
+                await self.stream_session(system, traj, traj.session(visible[-1]), state_dir, todo, shown)
 
     async def build_visible_state(self, system: StreamingSystem, traj: Trajectory, sessions: tuple[str, ...],
                                   state_dir: Path) -> dict[str, Any]:

@@ -37,17 +37,22 @@ EVERY_FRAME = 1 << 30
 
 @dataclass
 class UpdateClock:
-    """The memory updates of a session so far: their total time and the last one's."""
+    """The memory updates of a session so far: their total time, and the update the next answer requires
+    (every ``observe_*`` call at the instant observed last: the probe second's frame and turns)."""
 
     total: float = 0.0
-    last: float | None = None
+    required: float | None = None
+    at: float | None = None
+    """The instant of the events ``required`` timed."""
 
-    async def timed(self, update: Awaitable[None]) -> None:
-        """Await one update and count its time."""
+    async def timed(self, update: Awaitable[None], at: float) -> None:
+        """Await the update of the event at ``at`` and count its time."""
         began = time.perf_counter()
         await update
-        self.last = time.perf_counter() - began
-        self.total += self.last
+        took = time.perf_counter() - began
+        self.total += took
+        earlier = self.required if at == self.at and self.required is not None else 0.0  # same instant: one update
+        self.required, self.at = took + earlier, at
 
 
 def stream_events(session: Session, frames: tuple[Frame, ...],
@@ -170,12 +175,13 @@ async def ask(system: StreamingSystem, probe: Probe) -> Answer:
 def streaming_record(setup: RunSetup, inst: Instance, traj: Trajectory, answer: Answer, wall: float,
                      updates: UpdateClock, shown: dict[str, Any], in_flight: int) -> dict[str, Any]:
     """The instance record (``make_record``) with what the answer drew on and the latency of a streaming
-    system (docs/records.md, "Latency"): ``ttft_s`` runs from the last required update (streaming) or
-    from the start of the causal prefix's processing; ``rtf`` always covers the whole prefix."""
+    system (docs/records.md, "Latency"): ``ttft_s`` runs from the start of the update the answer required
+    (streaming: the probe second's, so where a chunk boundary falls does not move it) or from the start of
+    the causal prefix's processing; ``rtf`` always covers the whole prefix."""
     response = answer.response
     streaming = getattr(declared(setup.protocol), "streaming", None) is not False  # undeclared: it streams
     before_generation = max(0.0, wall - response.total_s - (response.encode_s or 0.0))  # encoding: not the system's
-    lead = 0.0 if streaming else updates.total
+    lead = (updates.required or 0.0) if streaming else updates.total
     record = make_record(setup, inst, traj, None, response, lead + before_generation, shown, in_flight)
     request = answer.request
     record["frames"] = [f.describe() for f in answer.frames or (request.frames if request else ())]
@@ -183,10 +189,10 @@ def streaming_record(setup: RunSetup, inst: Instance, traj: Trajectory, answer: 
     record["prompt"] = kept_prompt(setup, request)
     latency = record["latency"]
     ttft, prefix = latency["ttft_s"], latency["prefix_s"]
-    processed = None if ttft is None else ttft + (updates.total if streaming else 0.0)
+    processed = None if ttft is None else updates.total + ttft - lead
     latency.update(
         ttft_from="last_update" if streaming else "causal_prefix",
-        update_s=updates.last,
+        update_s=updates.required,
         observe_s=updates.total,
         rtf=processed / prefix if processed is not None and prefix > 0 else None,
     )

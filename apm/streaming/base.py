@@ -2,7 +2,8 @@
 
 A streaming memory system ingests the stream itself, as the paper's specialised systems do (KV
 caches, visual tokens, event trees, parametric memory, reasoning thoughts). The runner replays each
-session in wall-clock order, one session at a time per system object:
+session in wall-clock order, one session at a time per system object (each trajectory through its own
+copy, trajectories concurrently, unless the system declares ``serial``):
 
 1. ``begin(context)``: the session starts; ``context.state_dir`` holds exactly what ``export`` left
    after the previous session of the trajectory (nothing before the first).
@@ -96,6 +97,11 @@ class StreamingSystem(abc.ABC):
     streaming input (Table 3), so latency runs from the last required update to the first token;
     False: it processes the causal prefix when asked, and latency covers that processing.
     ``persistent`` (whether later sessions read its exported state) is the subclass's to declare."""
+    serial: ClassVar[bool] = False
+    """False: each trajectory replays through its own copy of the system as configured (``copy.deepcopy``
+    before anything is observed), up to the run's ``concurrency`` trajectories at once. True: the run
+    drives every session through its one object, one trajectory at a time (a system holding what it
+    cannot copy or share, such as a model it loaded itself)."""
 
     def __init__(self, name: str | None = None):
         if name:
