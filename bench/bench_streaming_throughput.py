@@ -43,6 +43,10 @@ TASKS = "[ER,EST,TR,ACR,CT,OCR,STU,ERA,RCR,MPA,PRM,TPG]"
 """Every task but EA: each request of the run is then a description or a probe of the main replay."""
 
 
+IDS = ("trajectory_id", "candidate_id", "original_candidate_id")
+"""The fields a repeated candidate is renamed in."""
+
+
 def repeated_release(source: Path, out: Path, copies: int) -> Path:
     """``source``'s trajectories ``copies`` times under new ids (``<id>-<k>``), sharing its videos."""
     out.mkdir(parents=True)
@@ -52,9 +56,7 @@ def repeated_release(source: Path, out: Path, copies: int) -> Path:
         [{**t, "trajectory_id": f"{t['trajectory_id']}-{k}"} for k in range(copies) for t in trajectories]))
     for name in ("candidates.jsonl", "ea_candidates.jsonl"):
         rows = [json.loads(x) for x in (source / name).read_text().splitlines()]
-        copied = [{**r, "trajectory_id": f"{r['trajectory_id']}-{k}",
-                   **({"candidate_id": f"{r['candidate_id']}-{k}"} if "candidate_id" in r else {})}
-                  for k in range(copies) for r in rows]
+        copied = [{**r, **{f: f"{r[f]}-{k}" for f in IDS if f in r}} for k in range(copies) for r in rows]
         (out / name).write_text("".join(json.dumps(r) + "\n" for r in copied))
     return out
 
@@ -80,12 +82,14 @@ def streaming_run(root: Path, out: Path, cache: Path, base_url: str, concurrency
                  f"backbone.concurrency={concurrency}", f"concurrency={concurrency}"]
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         cfg = compose("config", overrides=overrides)
-    began = time.perf_counter()
+    began, started = time.perf_counter(), time.time()
     asyncio.run(run_async(cfg))
     wall = time.perf_counter() - began
     recs, memory = lines(run_dir_of(cfg), "records"), lines(run_dir_of(cfg), "memory")
     requests = len(recs) + sum(m["events"] for m in memory)
+    written = [x["written_ns"] / 1e9 for x in recs + memory]
     return {"requests": requests, "wall_s": wall, "rps": requests / wall, "probes": len(recs),
+            "first_line_s": min(written) - started, "last_line_s": max(written) - started,
             "descriptions": requests - len(recs), "errors": sum(r["error"] is not None for r in recs),
             "max_in_flight": max(r["latency"]["in_flight"] for r in recs)}
 
@@ -149,6 +153,8 @@ def main() -> None:
     print(f"| `event_memory` via apm-run ({stream['descriptions']} descriptions + {stream['probes']} probes) | "
           f"{stream['requests']} | {stream['wall_s']:.1f} | {stream['rps']:.1f} | {stream['rps'] / bare['rps']:.2f} | "
           f"{stream['max_in_flight']} | {stream['errors']} |")
+    print(f"apm-run: first line written {stream['first_line_s']:.1f} s after the call, "
+          f"last {stream['last_line_s']:.1f} s (the rest: start-up before the replay, closing after it)")
 
 
 if __name__ == "__main__":

@@ -79,3 +79,15 @@ def test_a_probe_on_a_chunk_boundary_includes_the_update_it_required(tiny, tmp_p
         if aligned[r["key"]]:  # the boundary's update is the probe's required update, on the record
             assert lat["update_s"] >= ENCODE_S and lat["ttft_s"] >= lat["update_s"]
         assert lat["rtf"] == pytest.approx((lat["observe_s"] + lat["ttft_s"] - lat["update_s"]) / lat["prefix_s"])
+
+
+@pytest.mark.slow
+def test_the_kv_cache_reference_replays_concurrently_on_its_backbones_worker_thread(tiny, tmp_path, tiny_model):
+    """Two trajectories' sessions interleave their model calls on the one worker thread; every answer,
+    prompt and exported state is the serial run's."""
+    cfg = ["memory=kv_cache", "backbone=tiny_qwen2vl_hf", f"backbone.model={tiny_model}", "generation.max_tokens=4",
+           "dataset.tasks=[ER]", "dataset.trajectories=[syn001,syn002]"]
+    serial = run(compose_run(tiny, tmp_path / "serial", tmp_path / "cache", [*cfg, "concurrency=1"]))
+    concurrent = run(compose_run(tiny, tmp_path / "concurrent", tmp_path / "cache", [*cfg, "concurrency=2"]))
+    assert _comparable(concurrent) == _comparable(serial)
+    assert len({r["trajectory_id"] for r in records(concurrent)}) == 2

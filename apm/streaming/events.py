@@ -15,6 +15,7 @@ State per session: ``<session>.events.json`` (events, descriptions, the user's t
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from dataclasses import dataclass
@@ -109,7 +110,7 @@ class EventMemory(StreamingSystem):
         return Event(session, kept["start"], kept["end"], frame, kept["description"])
 
     async def observe_frame(self, frame: Frame) -> None:
-        thumb = thumbnail(frame, self.margin)
+        thumb = await asyncio.to_thread(thumbnail, frame, self.margin)  # off the loop: other trajectories go on
         scene_changed = self.last is not None and change(thumb, self.last) > self.cut
         long_enough = len(self.open) >= self.min_event_s
         if self.open and (scene_changed and long_enough or len(self.open) >= self.max_event_s):
@@ -136,6 +137,14 @@ class EventMemory(StreamingSystem):
         start, end = frames[0].wall_clock, frames[-1].wall_clock
         self.events.append(Event(session, start, end, frames[len(frames) // 2], response.text.strip()))
 
+    def _write(self, state_dir: Path) -> None:
+        """The session's state files: one keyframe per event, then the events and turns."""
+        for event in self.events:
+            keyframe = event.keyframe
+            write_atomically(session_path(state_dir, event.session, f".{keyframe.wall_clock}.jpg"), keyframe.jpeg)
+        kept = {"events": [e.to_json() for e in self.events], "turns": self.turns.to_json()}
+        write_atomically(session_path(state_dir, self.context.session, ".events.json"), json.dumps(kept).encode())
+
     async def answer(self, probe: Probe) -> Answer:
         visible = set(probe.instance.visible_sessions)
         pool = [e for e in self.earlier if e.session.key in visible] + self.events
@@ -151,10 +160,6 @@ class EventMemory(StreamingSystem):
     async def export(self, state_dir: Path) -> dict[str, Any]:
         if self.open:
             await self._close()
-        for event in self.events:
-            keyframe = event.keyframe
-            write_atomically(session_path(state_dir, event.session, f".{keyframe.wall_clock}.jpg"), keyframe.jpeg)
-        kept = {"events": [e.to_json() for e in self.events], "turns": self.turns.to_json()}
-        write_atomically(session_path(state_dir, self.context.session, ".events.json"), json.dumps(kept).encode())
+        await asyncio.to_thread(self._write, state_dir)  # each file is synced: off the loop
         return {"events": len(self.events), "writer_errors": len(self.errors),
                 "error": self.errors[0] if self.errors else None}
