@@ -105,11 +105,13 @@ def pixel_second(frame: Frame) -> int | None:
 
 
 def assert_storage_is_on_disk(run_dir: Path) -> None:
-    """Each trajectory's state folder holds the bytes its last memory line measured, and some."""
+    """Each trajectory's state folder holds the bytes its last memory line measured (per-video storage and
+    fast weights), and some."""
     lines = memory_records(run_dir)
     for tid in {m["trajectory_id"] for m in lines}:
         last = max((m for m in lines if m["trajectory_id"] == tid), key=lambda m: m["session_index"])
-        assert state_bytes(run_dir / "memory_state" / tid) == last["bytes"] > 0
+        assert state_bytes(run_dir / "memory_state" / tid) == last["bytes"] + last["fast_weight_bytes"]
+        assert last["bytes"] > 0
 
 
 def _live(pid: int, group: bool) -> bool:

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -143,6 +144,19 @@ class HFBackbone(WorkerThreadBackbone):
         await self.start()
         work = functools.partial(fn, self._processor, self._model, *args)
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+    async def generate_adapted(self, adapt: Callable[[Any], AbstractContextManager[object]],
+                               request: Request) -> Response:
+        """``generate(request)`` through the model as ``adapt(model)`` changes it for this one call, on the
+        worker thread, so no other call ever sees the change (``apm.streaming.parametric``'s fast weights)."""
+        await self.start()
+        started = time.perf_counter()
+
+        def adapted() -> Response:
+            with adapt(self._model):
+                return self._generate(request, started)
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, adapted)
 
     def _inputs(self, request: Request) -> Any:
         chat = to_chat_inputs(request.messages, self.frames_as)

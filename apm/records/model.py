@@ -214,6 +214,7 @@ class MemoryLine:
     session_id: str = spec()
     session_index: int = spec(minimum=0)
     bytes: int = spec(minimum=0)
+    fast_weight_bytes: int = spec(absent_ok=True, minimum=0)
     prior_hours: float = spec(exclusiveMinimum=0)
     update_s: float = spec(minimum=0)
     writer_parse_status: Literal["ok", "repaired", "failed"] = spec(absent_ok=True)

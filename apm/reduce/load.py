@@ -172,7 +172,8 @@ JUDGEMENT_FIELDS: list[Field] = _RUN_FIELDS + [
 """``verified``: the line's content digest matches its fields (:func:`apm.records.judging.verifies`)."""
 MEMORY_FIELDS: list[Field] = _RUN_FIELDS + [
     (c, _field(MemoryLine, c))
-    for c in ("trajectory_id", "session_index", "bytes", "prior_hours", "update_s", "error", "written_ns", "revision")
+    for c in ("trajectory_id", "session_index", "bytes", "fast_weight_bytes", "prior_hours", "update_s", "error",
+              "written_ns", "revision")
 ]
 
 
@@ -234,8 +235,8 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
         out[c] = out[c].astype("category")
     for c in out.columns.intersection(_BOOLEAN):
         out[c] = out[c].astype("boolean")
-    for c in out.columns.intersection(["ttft_s", "total_s", "rtf", "score", "bytes", "prior_hours", "written_ns",
-                                          "revision"]):
+    for c in out.columns.intersection(["ttft_s", "total_s", "rtf", "score", "bytes", "fast_weight_bytes", "prior_hours",
+                                          "written_ns", "revision"]):
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
     return out
 

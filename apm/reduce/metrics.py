@@ -103,6 +103,10 @@ STORAGE_PER_HOUR = Metric(
     "storage_bytes_per_hour", ratio("per_hour", "trajectories"), ("trajectories",), answered=False
 )
 PEAK_STORAGE_MEAN = Metric("peak_storage_bytes_mean", ratio("peak", "trajectories"), ("trajectories",), answered=False)
+PEAK_FAST_WEIGHTS_MEAN = Metric(
+    "peak_fast_weight_bytes_mean", ratio("fast_peak", "trajectories"), ("trajectories",), answered=False
+)
+"""B.4's fast weights, apart from per-video storage: the mean trajectory-peak ``fast_weight_bytes``."""
 
 TIMED = frozenset({TTFT.name, LATENCY_TOTAL.name, RTF.name})
 """Latency means: over isolated-mode records only; a method without any keeps its pooled row, as NaN ("–")."""

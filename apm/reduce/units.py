@@ -193,7 +193,8 @@ def trajectory_units(memory: pd.DataFrame) -> pd.DataFrame:
     Only states after sessions 1…K−1 count (the last session's state is never read). The peak is
     the maximum bytes (memory may shrink); on ties the latest such state, with the most prior video,
     is taken. ``per_hour`` is that peak ÷ its prior video hours. Trajectories with one session, or
-    with no prior video at the peak, have no such state and are left out.
+    with no prior video at the peak, have no such state and are left out. ``fast_peak`` is the largest
+    ``fast_weight_bytes`` of the same states, measured apart and never in ``bytes`` (B.4; 0 without).
     """
     keys = METHOD + ["trajectory_id"]
     last = memory.groupby(keys, observed=True)["session_index"].transform("max")
@@ -201,9 +202,11 @@ def trajectory_units(memory: pd.DataFrame) -> pd.DataFrame:
     ordered = seen.sort_values(keys + ["bytes", "session_index"], kind="stable")
     peak = ordered.groupby(keys, observed=True, sort=False).tail(1)
     peak = peak[peak["prior_hours"] > 0]
+    fast = seen.groupby(keys, observed=True)["fast_weight_bytes"].max().fillna(0.0)
     return pd.DataFrame(
         {"per_hour": (peak["bytes"] / peak["prior_hours"]).to_numpy(),
-         "peak": peak["bytes"].to_numpy(), "trajectories": 1.0},
+         "peak": peak["bytes"].to_numpy(), "trajectories": 1.0,
+         "fast_peak": fast.reindex(pd.MultiIndex.from_frame(peak.loc[:, keys])).to_numpy()},
         index=pd.MultiIndex.from_frame(
             peak.loc[:, METHOD].assign(task=ALL, trajectory_id=peak["trajectory_id"])
         ),

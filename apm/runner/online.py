@@ -47,7 +47,7 @@ from apm.runner.record import NO_MEMORY, make_record
 from apm.runner.request import prepare_instance, state_dir_of
 from apm.runner.setup import RunSetup, frame_budget
 from apm.runner.shard_lock import holding_shard
-from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
+from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, storage_bytes
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError
 from apm.video.select import CausalityError, uniform_indices
@@ -250,7 +250,7 @@ class OnlineRun:
             "day_id": session.day_id,
             "session_id": session.session_id,
             "session_index": session.index,
-            "bytes": sum(entry["bytes"] for entry in state.values()),
+            **storage_bytes(state),
             "prior_hours": prior_seconds / 3600,
             "update_s": update_s,
             "error": error,
@@ -485,12 +485,13 @@ class StreamReplay(SessionReplay):
 
     async def build_visible_state(self, system: StreamingSystem, traj: Trajectory, sessions: tuple[str, ...],
                                   state_dir: Path) -> dict[str, Any]:
-        """The state ``system`` exports after ``sessions`` alone, as a memory line's ``bytes`` and
-        ``state_sha256``: the cached one if ``state_dir`` still holds it whole, else built again."""
+        """The state ``system`` exports after ``sessions`` alone, as a memory line's ``bytes`` (and
+        ``fast_weight_bytes``) and ``state_sha256``: the cached one if ``state_dir`` still holds it whole,
+        else built again."""
         held = await asyncio.to_thread(streaming.cached_visible_state, state_dir)
         if held is None:
             for key in sessions:
                 await self.stream_session(system, traj, traj.session(key), state_dir, [], NO_MEMORY)
                 await system.export(state_dir)
             held = await asyncio.to_thread(streaming.keep_visible_state, state_dir)
-        return {"bytes": sum(entry["bytes"] for entry in held.values()), "state_sha256": manifest_sha256(held)}
+        return {**storage_bytes(held), "state_sha256": manifest_sha256(held)}

@@ -37,10 +37,23 @@ from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
-from apm.memory.base import History, Note
+from apm.memory.base import History, Note, StateManifest
 from apm.records.declaration import Declaration
 
 T = TypeVar("T")
+
+
+FAST_WEIGHTS = "fast_weights"
+"""The state folder's sub-folder for fast weights: parameters a system adapts as it watches (parametric
+memory). They are state (in the memory line's ``state`` and digest, read by later sessions) but measured
+apart, as ``fast_weight_bytes``, never in per-video storage (``bytes``): the paper's B.4."""
+
+
+def storage_bytes(state: StateManifest) -> dict[str, int]:
+    """A state's size as its memory line reports it: ``bytes`` (per-video storage, Eq. 2: every file but
+    the fast weights) and ``fast_weight_bytes`` (the files under :data:`FAST_WEIGHTS`)."""
+    fast = sum(entry["bytes"] for path, entry in state.items() if path.startswith(f"{FAST_WEIGHTS}/"))
+    return {"bytes": sum(entry["bytes"] for entry in state.values()) - fast, "fast_weight_bytes": fast}
 
 
 @dataclass(frozen=True)
