@@ -333,3 +333,16 @@ def test_intervals_do_not_depend_on_the_order_lines_were_written(tmp_path: Path)
     pd.testing.assert_frame_equal(
         ta.sort_values(key).reset_index(drop=True), tb.sort_values(key).reset_index(drop=True)
     )
+
+
+def test_fast_weights_are_reported_apart_from_per_video_storage(scores: pd.DataFrame, tmp_path: Path) -> None:
+    # B.4: fast weights (fast_weight_bytes) never enter Storage/hr or Table 10's peak; they have their own
+    # peak. T1's states 0 and 1 are read later: bytes peak 200 B at 1.0 h; fast weights 800 B throughout.
+    lines = [{**fixtures.memory_line("T1", i, 100 * (i + 1), 0.5 * (i + 1)), "fast_weight_bytes": 800}
+             for i in range(3)]
+    fixtures.write_run(tmp_path, [fixtures.record("ER", "C1")], memory=lines)
+    runs = load_runs([tmp_path])
+    fast = score_table(runs.records, runs.judgements, runs.memory, reps=0)
+    assert value(fast, "storage_bytes_per_hour", "all") == value(fast, "peak_storage_bytes_max", "all") == 200.0
+    assert value(fast, "peak_fast_weight_bytes_mean", "all") == value(fast, "peak_fast_weight_bytes_max", "all") == 800
+    assert not scores["metric"].str.startswith("peak_fast_weight").any()  # a method without has no such row

@@ -176,6 +176,15 @@ def test_figure2_shows_raw_video_general_models_specialized_systems_and_one_simp
     assert sizes[0] < sizes[1:].min() and np.ptp(sizes[1:]) == 0
 
 
+def test_figure2_names_fast_weights_in_the_key_and_never_adds_them_to_the_bubble(scores: pd.DataFrame) -> None:
+    storage = scores[(scores["metric"] == "storage_bytes_per_hour") & (scores["memory"] == EVENTS)]
+    fast = pd.concat([scores, storage.assign(metric="peak_fast_weight_bytes_mean", value=8_404_992.0)])
+    before, after = tradeoff_figure(scores).axes[0], tradeoff_figure(fast).axes[0]
+    keys = after.texts[-1].get_text().splitlines()
+    assert [k for k in keys if "fast weights 8.02 MiB, apart)" in k] == [k for k in keys if EVENTS in k]
+    assert (after.collections[0].get_sizes() == before.collections[0].get_sizes()).all()
+
+
 def test_bubble_area_is_proportional_to_storage_and_zero_is_smallest() -> None:
     zero, video, video_too = bubble_areas(np.array([0.0, 5e9, 5e9]))
     assert zero < video == video_too

@@ -95,9 +95,11 @@ def _readable_log_axis(ax: Axes, values: np.ndarray) -> None:
 
 def tradeoff_figure(scores: pd.DataFrame) -> Figure:
     """Figure 2: x mean TTFT (s), y Overall (0–100), bubble area storage per video hour; general models
-    under raw video memory, specialized systems and SimpleStream, and the information ceilings (hollow)."""
+    under raw video memory, specialized systems and SimpleStream, and the information ceilings (hollow).
+    A method's fast weights are named in the key beside its storage, never added to the bubble (B.4)."""
     data = _wide(scores, {"latency": ("ttft_s", ALL), "overall": ("overall", ALL),
-                          "storage": ("storage_bytes_per_hour", ALL)}).dropna(subset=["latency", "overall"])
+                          "storage": ("storage_bytes_per_hour", ALL),
+                          "fast": ("peak_fast_weight_bytes_mean", ALL)}).dropna(subset=["latency", "overall"])
     shown = (data["group"] == "raw_video") | (data["method_family"] == "specialised")
     ceilings = _ceilings(data)
     data = pd.concat([_simplestream(data), data[shown], ceilings])
@@ -114,7 +116,10 @@ def tradeoff_figure(scores: pd.DataFrame) -> Figure:
     keys = []  # methods are numbered on the plot and named in the key beside it, so labels never collide
     for number, ((label, row), s) in enumerate(zip(data.iterrows(), storage), start=1):
         ax.annotate(str(number), (row["latency"], row["overall"]), fontsize=7, ha="center", va="center")
-        keys.append(f"{number}. {label}" + (f" ({human_bytes(s, '/h')})" if np.isfinite(s) else ""))
+        sizes = [human_bytes(s, "/h")] if np.isfinite(s) else []
+        if row["fast"] > 0:
+            sizes.append(f"fast weights {human_bytes(row['fast'])}, apart")
+        keys.append(f"{number}. {label}" + (f" ({'; '.join(sizes)})" if sizes else ""))
     ax.text(1.02, 1.0, "\n".join(keys), transform=ax.transAxes, fontsize=6.5, va="top", ha="left")
     if spans_decades(latency):
         _readable_log_axis(ax, latency)
@@ -240,7 +245,8 @@ FIGURES = (
         "Utility-latency-storage trade-off across evaluated methods. Bubble size represents storage cost per "
         "hour. General video models are shown under Raw Video as Memory, with the specialized memory systems "
         "and SimpleStream. Latency: time to first token in isolated mode (one request at a time after a warm-up); "
-        "a method without isolated records is not drawn.",
+        "a method without isolated records is not drawn. Fast weights (parametric memory) are named in the key, "
+        "not added to the bubble (B.4).",
         _from_scores(tradeoff_figure),
     ),
     FigureSpec(
