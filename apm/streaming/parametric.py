@@ -20,7 +20,10 @@ State: the fast weights, one ``float32`` safetensors file of constant size
 (``fast_weights/lora.safetensors``, under :data:`apm.streaming.base.FAST_WEIGHTS`: the memory line
 reports it as ``fast_weight_bytes``, apart from per-video storage, as the paper's B.4 does), rewritten
 at each session end; and per session ``<session>.parametric.json`` (the user's turns and each
-chunk's training losses), counted in ``bytes``. Deterministic on a device: seeded, no sampling.
+chunk's training losses), counted in ``bytes``. Deterministic on a device: seeded, no sampling. As
+the one fast-weights file is rewritten in place, a resume can put the folder back only to the newest
+session's state (docs/records.md, "Resume checks the memory state"): a lost later line redoes the
+trajectory from its start, a crash mid-session only that session.
 """
 
 from __future__ import annotations
