@@ -9,6 +9,7 @@ import asyncio
 import json
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
@@ -21,6 +22,7 @@ from apm.reduce.names import human_bytes
 from apm.reduce.scores import score_table
 from apm.reduce.tables import write_tables
 from apm.streaming.base import FAST_WEIGHTS
+from apm.streaming.internals import UnsupportedArchitecture
 from apm.streaming.parametric import FAST_WEIGHTS_FILE, Adapter, ParametricMemory, adapted, train_on_chunk
 from apm.synth import generate
 
@@ -152,10 +154,10 @@ def test_the_base_model_is_left_exactly_as_it_was(architecture, request):
 def test_an_architecture_it_does_not_know_is_refused_in_one_line(tmp_path):
     class Llama(HFBackbone):
         async def with_model(self, fn, *args):
-            return "llama"
+            return fn(None, SimpleNamespace(config=SimpleNamespace(model_type="llama")), *args)
 
     system, context = ParametricMemory(), _Context(Llama("nowhere"), tmp_path)
-    with pytest.raises(TypeError, match=r"^Parametric Memory .* adapts Qwen2-VL, Qwen2\.5-VL and Qwen3-VL .*'llama'"):
+    with pytest.raises(UnsupportedArchitecture, match=r"^model type 'llama' is not supported .*; supported: Qwen2-VL"):
         asyncio.run(system.begin(context))  # type: ignore[arg-type]
 
 

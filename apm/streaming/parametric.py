@@ -36,7 +36,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import video_timing
 from apm.backbones.hf import HFBackbone
 from apm.data.frames import Frame
 from apm.data.ids import session_path
@@ -44,12 +43,10 @@ from apm.data.instances import Turn
 from apm.records.atomic import write_atomically
 from apm.records.declaration import Declaration
 from apm.streaming.base import FAST_WEIGHTS, Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
-from apm.streaming.kv_cache import VIDEO_SEGMENT
+from apm.streaming.internals import architecture, segment_inputs
 
 FAST_WEIGHTS_FILE = f"{FAST_WEIGHTS}/lora.safetensors"
 """Where the fast weights lie in the trajectory's state folder (one file, rewritten at each session end)."""
-ARCHITECTURES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
-"""The ``model_type``s whose language model, video placeholder and processor this system knows."""
 TARGETS = r".*language_model.*\.(q_proj|v_proj)"
 """The adapted modules: the language model's query and value projections (never the vision tower)."""
 Weights = dict[str, Any]
@@ -101,9 +98,9 @@ def fast_weights_of(peft_model: Any) -> Weights:
     return {k: v.detach().float().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
 
 
-def model_type(processor: Any, model: Any) -> str:
-    """The backbone's architecture (``config.model_type``)."""
-    return str(model.config.model_type)
+def known_architecture(processor: Any, model: Any) -> str:
+    """The backbone's architecture, refused in one line unless ``apm.streaming.internals`` knows it."""
+    return architecture(model).name
 
 
 def initial_weights(processor: Any, model: Any, adapter: Adapter) -> Weights:
@@ -127,15 +124,10 @@ def next_token_loss(peft_model: Any, inputs: Any, video_token: int) -> Any:
 def train_on_chunk(processor: Any, model: Any, adapter: Adapter, weights: Weights | None, frames: list[Frame],
                    steps: int, lr: float) -> tuple[Weights, list[float]]:
     """The fast weights after ``steps`` SGD steps of :func:`next_token_loss` on the chunk (from ``weights``, or
-    the initial ones if None), and each step's loss. A one-frame chunk (a session's last) is shown as that
-    frame twice: the vision tower pairs frames in time, and Qwen3-VL's processor refuses a lone one."""
-    import numpy as np
+    the initial ones if None), and each step's loss (a chunk shorter than a temporal patch: ``segment_inputs``)."""
     import torch
 
-    shown = frames * 2 if len(frames) == 1 else frames
-    inputs = processor(text=[VIDEO_SEGMENT], videos=[np.stack([f.pixels() for f in shown])],
-                       video_metadata=[video_timing(shown).metadata()], do_sample_frames=False,
-                       return_tensors="pt").to(model.device)
+    inputs = segment_inputs(processor, model, frames)
     losses = []
     with adapted(model, adapter, weights) as peft_model, torch.enable_grad():
         trainable = [p for p in peft_model.parameters() if p.requires_grad]
@@ -167,10 +159,7 @@ class ParametricMemory(StreamingSystem):
             raise TypeError(f"{self.name} trains fast weights on a transformers model: run it with an HFBackbone "
                             f"(backbone=tiny_qwen2vl_hf, …), not {type(context.backbone).__name__}")
         self.context, self.engine = context, context.backbone
-        architecture = await self.engine.with_model(model_type)
-        if architecture not in ARCHITECTURES:
-            raise TypeError(f"{self.name} adapts Qwen2-VL, Qwen2.5-VL and Qwen3-VL language models "
-                            f"({', '.join(ARCHITECTURES)}), not a {architecture!r} model")
+        await self.engine.with_model(known_architecture)
         self.turns = TurnLog()
         for _, _, kept in earlier_states(context, ".parametric.json"):
             self.turns.read(kept)
