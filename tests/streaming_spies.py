@@ -206,3 +206,18 @@ class ChunkSpy(PixelSpy):
         if self.pending:
             await asyncio.sleep(self.encode_s)  # the partial chunk, encoded on a fork: the state stays as it was
         return await super().answer(probe)
+
+
+class ClockWriter(SceneWriter):
+    """A scene writer whose text opens with the seconds its frames show on their pixels (``seen A-B:``),
+    and that keeps every request's id and instruction in ``ASKED`` (what a thought was written from)."""
+
+    ASKED: list[tuple[str, str]] = []
+
+    async def generate(self, request: Request) -> Response:
+        (message,) = request.messages
+        ClockWriter.ASKED.append((request.request_id, message.parts[0].text))
+        seconds = [read_code(f.pixels()) for f in request.frames]
+        scene = await super().generate(request)
+        return Response(text=f"seen {min(seconds)}-{max(seconds)}: {scene.text}", ttft_s=0.0, total_s=0.0,
+                        finish_reason="stop")

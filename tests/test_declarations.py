@@ -32,7 +32,7 @@ from apm.testing import fixtures
 
 GROUPS = ("memory", "backbone")
 STATELESS = {"none", "oracle"}
-REFERENCE_SYSTEMS = {"kv_cache", "event_memory", "feature_memory", "parametric_memory"}
+REFERENCE_SYSTEMS = {"kv_cache", "event_memory", "feature_memory", "parametric_memory", "thought_memory"}
 
 
 def _options(group: str) -> dict[str, dict[str, Any]]:

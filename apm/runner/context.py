@@ -63,13 +63,15 @@ def choose_frames(
     return select_frames(cache, trajectory, instance, spans, max_frames=max_frames), []
 
 
-def _memory_text(trajectory: Trajectory, history: History) -> list[str]:
-    """The text memories of earlier sessions, each under its session's header."""
+def _memory_text(trajectory: Trajectory, history: History, current: str) -> list[str]:
+    """The text memories, each under its session's header: an earlier session's with its end, the
+    current session's (a streaming system's notes so far) with "now", never its end."""
     if not history.notes:
         return []
     lines = [MEMORY_INTRO]
     for note in history.notes:
-        lines += [_session_header(trajectory, note.session.key, MEMORY), note.text]
+        end = CURRENT_END if note.session.key == current else None
+        lines += [_session_header(trajectory, note.session.key, MEMORY, end), note.text]
     return ["\n".join(lines)]
 
 
@@ -92,7 +94,7 @@ def build_parts(trajectory: Trajectory, instance: Instance, history: History, fr
     stills = stills or []
     current = trajectory.session(instance.session)
     headers = _video_headers(trajectory, current.key, [*frames, *stills])
-    before = TextPart("\n\n".join([*_memory_text(trajectory, history), headers]))
+    before = TextPart("\n\n".join([*_memory_text(trajectory, history, current.key), headers]))
     said_now = [replace(t, text=turn_text(t, instance)) for t in instance.turns if t.time >= current.start]
     probe = f"{CURRENT_TIME.write(now=instance.probe_label)}\n\n{probe_prompt(instance)}"
     said = TextPart(said_text([*history.turns, *said_now], probe))

@@ -24,17 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from apm.backbones.base import FramePart, GenerationSettings, Message, Part, Request, TextPart, ask
+from apm.backbones.base import ask
 from apm.data import clock
 from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.data.instances import Turn
 from apm.data.model import Session
 from apm.memory.base import Note
-from apm.memory.text import bm25_scores, instance_query
 from apm.records.atomic import write_atomically
 from apm.records.declaration import Declaration
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
+from apm.streaming.written import best_matches, write_about
 from apm.video.select import uniform_indices
 
 DESCRIBE = ("You watch a short event from an egocentric video. Describe in one sentence what is visible "
@@ -127,15 +127,12 @@ class EventMemory(StreamingSystem):
         frames = self.open
         self.open = []
         shown = [frames[i] for i in uniform_indices(len(frames), self.describe_frames)]
-        session = self.context.session
-        parts: tuple[Part, ...] = (TextPart(DESCRIBE), *(FramePart(f) for f in shown), TextPart("Description:"))
-        request = Request(messages=(Message("user", parts),), settings=GenerationSettings(max_tokens=self.max_tokens),
-                          request_id=f"{self.context.trajectory.trajectory_id}/{session.key}/event@{frames[0].label}")
-        response = await self.context.writer.generate(request)
+        response = await write_about(self.context, DESCRIBE, shown, "Description:", self.max_tokens,
+                                     f"event@{frames[0].label}")
         if response.error:
             self.errors.append(response.error)
         start, end = frames[0].wall_clock, frames[-1].wall_clock
-        self.events.append(Event(session, start, end, frames[len(frames) // 2], response.text.strip()))
+        self.events.append(Event(self.context.session, start, end, frames[len(frames) // 2], response.text.strip()))
 
     def _write(self, state_dir: Path) -> None:
         """The session's state files: one keyframe per event, then the events and turns."""
@@ -148,9 +145,7 @@ class EventMemory(StreamingSystem):
     async def answer(self, probe: Probe) -> Answer:
         visible = set(probe.instance.visible_sessions)
         pool = [e for e in self.earlier if e.session.key in visible] + self.events
-        scores = bm25_scores(instance_query(probe.instance), [e.description for e in pool]) if pool else []
-        ranked = sorted(range(len(pool)), key=lambda i: (-scores[i], i))
-        chosen = [pool[i] for i in sorted(i for i in ranked[: self.top_k] if scores[i] > 0)]
+        chosen = [pool[i] for i in best_matches(probe.instance, [e.description for e in pool], self.top_k)]
         order = {s.key: s.index for s in probe.trajectory.sessions}
         frames = sorted({*(e.keyframe for e in chosen), *self.latest}, key=lambda f: (order[f.session], f.offset))
         notes = [Note(e.session, e.note(), e.end) for e in chosen if e.session != self.context.session]
