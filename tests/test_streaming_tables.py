@@ -16,7 +16,7 @@ from apm.reduce.scores import read_scores
 from apm.synth import generate
 
 pytestmark = pytest.mark.slow
-SPECIALIZED = ("KV-Cache Memory", "Event Memory")
+SPECIALIZED = ("KV-Cache Memory", "Event Memory", "Thought Memory (VST-like)")
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +30,9 @@ def report(tiny_model, tmp_path_factory) -> Path:  # noqa: F811
               "logging.wandb.mode=disabled", "latency.sample=1"]  # Figure 2 needs isolated latency
     console("apm-run", "-m", *common, "memory=none,raw_video,event_memory,kv_cache", env=env)
     console("apm-run", *common, "memory=text_summary", "memory.max_tokens=16", env=env)
+    console("apm-run", *common, "memory=thought_memory", "memory.max_tokens=16", env=env)
     run_dirs = sorted(str(p.parent) for p in (tmp / "runs").rglob("config.json"))
-    assert len(run_dirs) == 5
+    assert len(run_dirs) == 6
     console("apm-judge", *run_dirs, "judge=gate_only", env=env)
     console("apm-reduce", *run_dirs, "--out", str(tmp / "report"), "--bootstrap", "0", env=env)
     return tmp / "report"
@@ -46,7 +47,7 @@ def test_specialized_rows_reach_the_tables(report, table):
 def test_table3_marks_the_declared_capabilities(report):
     scores = read_scores(report / "scores.csv")
     declared = scores.drop_duplicates("memory_config").set_index("memory_config")[["streaming", "persistent"]]
-    assert declared.loc["kv_cache"].tolist() == declared.loc["event_memory"].tolist() == [True, True]
+    assert all(declared.loc[m].tolist() == [True, True] for m in ("kv_cache", "event_memory", "thought_memory"))
     assert not declared.loc["raw_video", "streaming"]
 
 
@@ -57,5 +58,5 @@ def test_specialized_systems_are_in_figures_2_and_8(report):
     titled = [ax.get_title() for ax in radar_figure(scores, kind="specialised").axes if ax.get_visible()]
     assert all(name in keyed for name in SPECIALIZED) and set(SPECIALIZED) <= set(titled)
     storage = scores[(scores["metric"] == "storage_bytes_per_hour") & scores["memory_config"].isin(
-        ["kv_cache", "event_memory"])]
-    assert len(storage) == 2 and (pd.to_numeric(storage["value"]) > 0).all()
+        ["kv_cache", "event_memory", "thought_memory"])]
+    assert len(storage) == 3 and (pd.to_numeric(storage["value"]) > 0).all()
