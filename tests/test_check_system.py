@@ -44,6 +44,8 @@ def check(capsys, release: Path, work: Path, *args: str) -> tuple[int, dict[str,
 PASSING = [
     pytest.param("event_memory", ["+backbone@writer=random", "writer._target_=streaming_spies.SceneWriter"],
                  id="event_memory"),  # a writer that describes what it sees (random writes no memory)
+    pytest.param("thought_memory", ["+backbone@writer=random", "writer._target_=streaming_spies.SceneWriter"],
+                 id="thought_memory"),
     pytest.param("keyframe_stream", [f"hydra.searchpath=[file://{EXAMPLES / 'conf'}]", "--backbone", "my_backbone"],
                  id="examples-keyframe_stream"),
 ]
