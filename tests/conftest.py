@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from adversaries import Omniscient  # noqa: E402  (test support, importable once the path is set)
 from runner_helpers import ShownFrames  # noqa: E402
 from slow_backbones import Overlapping  # noqa: E402
-from streaming_spies import ChunkSpy, HoardingSpy, PixelSpy  # noqa: E402
+from streaming_spies import ChunkSpy, ClockWriter, HoardingSpy, PixelSpy  # noqa: E402
 
 pytest_plugins = ["vllm_fixtures", "tiny_vlm", "ci_skips", "pytester"]
 """Shared fixtures (``vllm_python``, ``loop``; ``tiny_model``, ``tiny_qwen25vl``, ``tiny_qwen3vl``) available to
@@ -31,7 +31,7 @@ def paper_excerpt() -> str:
 
 
 SPY_LOGS = (ShownFrames.seen, PixelSpy.ANSWERED, PixelSpy.FED, Omniscient.READ, Omniscient.OBSERVED,
-            HoardingSpy.HOARD, Overlapping.PEAK, ChunkSpy.ALIGNED)
+            HoardingSpy.HOARD, Overlapping.PEAK, ChunkSpy.ALIGNED, ClockWriter.ASKED)
 """What the spies Hydra builds by ``_target_`` record (on their class, as no test holds the instance)."""
 
 

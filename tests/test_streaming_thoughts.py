@@ -57,11 +57,8 @@ def cache(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def thought(tiny, cache, tmp_path_factory) -> tuple[Path, list[tuple[str, str]], dict]:
     """One run over every instance of the release; what the writer was asked and each request shown."""
-    ClockWriter.ASKED.clear(), take(ShownFrames.seen)
     run_dir = run(compose_run(tiny, tmp_path_factory.mktemp("full") / "runs", cache, THOUGHTS))
-    asked = list(ClockWriter.ASKED)
-    ClockWriter.ASKED.clear()
-    return run_dir, asked, take(ShownFrames.seen)
+    return run_dir, list(ClockWriter.ASKED), take(ShownFrames.seen)
 
 
 def _kept(state: Path, session: Session) -> dict:
