@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -149,11 +148,6 @@ def memory_records(run_dir: Path) -> list[dict[str, Any]]:
     ]
 
 
-def record_lines(run_root: Path) -> int:
-    """Lines in every records file under ``run_root`` (a torn last line counts)."""
-    return sum(len(p.read_bytes().splitlines()) for p in run_root.rglob("records/*.jsonl"))
-
-
 def console(name: str, *args: str, env: dict[str, str]) -> None:
     """Run the installed console script ``name`` (``apm-run``, ``apm-judge`` …) as a user would; it must succeed."""
     done = subprocess.run([str(Path(sys.executable).parent / name), *args], env=env, capture_output=True,
@@ -166,19 +160,6 @@ def finished(proc: subprocess.Popen, run_root: Path) -> Path:
     assert proc.wait(timeout=300) == 0, proc.stdout.read().decode()
     (run_dir,) = [p.parent for p in run_root.rglob("records")]
     return run_dir
-
-
-def kill_after(proc: subprocess.Popen, run_root: Path, lines: int, within_s: float = 120) -> bool:
-    """SIGKILL ``proc`` once the records under ``run_root`` hold ``lines`` lines (or ``within_s`` passed);
-    whether it was still running, so that it was killed."""
-    deadline = time.time() + within_s
-    while proc.poll() is None and record_lines(run_root) < lines and time.time() < deadline:
-        time.sleep(0.01)
-    killed = proc.poll() is None
-    if killed:
-        proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    return killed
 
 
 @dataclass(frozen=True)

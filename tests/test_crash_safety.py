@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from runner_helpers import finished, kill_after, records, release_sessions
+from runner_helpers import finished, records, release_sessions
 
+from apm.check.runs import kill_at
 from apm.records.jsonl import JsonlAppender, done_keys, read_jsonl
 from apm.synth import generate
 from apm.testing import fixtures
@@ -50,7 +51,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tiny, tmp_path):
     rng = random.Random(7)
     kills = 0
     for target in sorted(rng.sample(range(5, len(expected) - 5), 3)):
-        kills += kill_after(apm_run(tiny, out, cache), out, target)
+        kills += kill_at(apm_run(tiny, out, cache), out, target)
     run_dir = finished(apm_run(tiny, out, cache), out)
     assert kills >= 2
     got = records(run_dir)

@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from runner_helpers import finished, kill_after, memory_records, records, release_sessions
+from runner_helpers import finished, memory_records, records, release_sessions
 
 from apm.check import checks
+from apm.check.runs import kill_at
 from apm.records.jsonl import read_folder
 from apm.synth import generate
 
@@ -53,7 +54,7 @@ def test_sigkill_mid_session_rebuilds_the_session_and_loses_nothing(tiny, tmp_pa
     out = tmp_path / "killed"
     kills = mid_session = 0
     for target in sorted(random.Random(3).sample(range(5, len(expected) - 5), 3)):
-        if kill_after(apm_run(tiny, out, cache), out, target):
+        if kill_at(apm_run(tiny, out, cache), out, target):
             kills += 1
             mid_session += bool(_sessions_begun_not_exported(out))
     run_dir = finished(apm_run(tiny, out, cache), out)
