@@ -32,6 +32,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from apm.backbones.base import ask
 from apm.configs import CONF_DIR
 from apm.data.frames import Frame
 from apm.data.release import load_release
@@ -58,7 +59,7 @@ class NullStream(StreamingSystem):
 
     async def answer(self, probe: Probe) -> Answer:
         request = probe.request()
-        return Answer(await self.context.backbone.generate(request), request)
+        return Answer(await ask(self.context.backbone, request, probe.instance), request)  # random needs the options
 
     async def export(self, state_dir: Path) -> dict[str, Any]:
         return {"observed": self.observed}
