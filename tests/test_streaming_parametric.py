@@ -27,7 +27,7 @@ from apm.streaming.parametric import FAST_WEIGHTS_FILE, Adapter, ParametricMemor
 from apm.synth import generate
 
 pytestmark = pytest.mark.slow
-ARCHITECTURES = ["tiny_model", "tiny_qwen3vl"]
+ARCHITECTURES = ["tiny_model", "tiny_qwen25vl", "tiny_qwen3vl"]
 """The fixtures of the tiny models the system must run on (a Qwen2.5-VL builder joins them when it lands)."""
 TASKS = "ER,ERA,EA"
 
