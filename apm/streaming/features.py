@@ -2,17 +2,17 @@
 encoder's compressed frame features, injected as embeddings at answer time.
 
 The model is the run's backbone on the transformers path (``backbone=tiny_qwen2vl_hf``, or any
-:data:`SUPPORTED` Qwen-VL ``apm.backbones.hf.HFBackbone``): the system works on its weights, on its
-worker thread. Every ``chunk_frames`` frames, the chunk goes through the model's own vision encoder
-(``get_video_features``: the merged visual tokens its decoder takes, and Qwen3-VL's DeepStack features,
-one grid per temporal patch of frames); each grid is average-pooled to at most ``pool`` x ``pool``
-tokens and becomes one memory entry. A session keeps at most ``budget`` entries: while it holds
-more, the two adjacent entries most alike (cosine of their flattened features) are merged into their
-weighted mean (weights: how many grids each holds), so the state is bounded by the budget whatever
-the session's length (an entry keeps its span's first and last frame, not every frame). At a probe
-the entries of the visible earlier sessions and of the current one (plus the frames not yet in a
-chunk, encoded for this answer only) are written into the prompt as embeddings (DeepStack ones added
-where the model adds its own), one placeholder run per session where the request layout puts its
+``apm.backbones.hf.HFBackbone`` of an architecture in ``apm.streaming.internals.ARCHITECTURES``): the
+system works on its weights, on its worker thread. Every ``chunk_frames`` frames, the chunk goes through
+the model's own vision encoder (``get_video_features``: the merged visual tokens its decoder takes, and
+Qwen3-VL's DeepStack features, one grid per temporal patch of frames); each grid is average-pooled to at
+most ``pool`` x ``pool`` tokens and becomes one memory entry. A session keeps at most ``budget``
+entries: while it holds more, the two adjacent entries most alike (cosine of their flattened features)
+are merged into their weighted mean (weights: how many grids each holds), so the state is bounded by the
+budget whatever the session's length (an entry keeps its span's first and last frame, not every frame).
+At a probe the entries of the visible earlier sessions and of the current one (plus the frames not yet
+in a chunk, encoded for this answer only) are written into the prompt as embeddings (DeepStack ones
+added where the model adds its own), one placeholder run per session where the request layout puts its
 frames, with plain text positions (a merged entry has no single grid position), and the answer is
 decoded greedily up to ``generation.max_tokens``. At the session end the entries are written in
 ``store_dtype``: ``<session>.features.npz`` and ``<session>.features.json`` (entries' spans, frame
@@ -39,10 +39,8 @@ from apm.data.model import Session
 from apm.records.atomic import write_atomically
 from apm.records.declaration import Declaration
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, read_earlier, transformers_backbone
+from apm.streaming.internals import architecture
 
-SUPPORTED = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration")
-"""The model classes whose vision encoder and prompt placeholders :func:`visual_grids` and
-:func:`answer_from` know (each tested on its tiny random build)."""
 PLACEHOLDER = {"type": "video"}
 """A memory segment in the chat: the template's video placeholder, expanded to the segment's tokens."""
 
@@ -70,11 +68,9 @@ class Entry:
 
 
 def check_architecture(processor: Any, model: Any) -> None:
-    """Refuse a model whose vision encoder this system does not know, naming those it does."""
-    name = type(model).__name__
-    if name not in SUPPORTED:
-        raise TypeError(f"feature memory reads the merged visual tokens of a Qwen-VL vision encoder "
-                        f"({', '.join(SUPPORTED)}), not {name}: its tokens' layout is not known here")
+    """Refuse, in one line naming those it knows, a model whose internals ``apm.streaming.internals`` does
+    not know (the one table the internals references share)."""
+    architecture(model)
 
 
 def visual_grids(processor: Any, model: Any, frames: list[Frame]) -> np.ndarray:
