@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from apm.backbones.base import Request, Response, video_timing
+from apm.backbones.base import Request, Response
 from apm.backbones.hf import to_chat_inputs
 from apm.data.frames import Frame
 from apm.data.ids import session_path
@@ -39,7 +39,7 @@ from apm.data.model import Session
 from apm.records.atomic import write_atomically
 from apm.records.declaration import Declaration
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, read_earlier, transformers_backbone
-from apm.streaming.internals import architecture
+from apm.streaming.internals import architecture, segment_features
 
 PLACEHOLDER = {"type": "video"}
 """A memory segment in the chat: the template's video placeholder, expanded to the segment's tokens."""
@@ -75,20 +75,10 @@ def check_architecture(processor: Any, model: Any) -> None:
 
 def visual_grids(processor: Any, model: Any, frames: list[Frame]) -> np.ndarray:
     """The model's own merged visual tokens of ``frames`` as one video, then their DeepStack features where the
-    model has them: (layers, temporal patches, rows, cols, hidden). Fewer frames than a temporal patch are
-    padded with the last one, as Qwen2-VL's processor does itself."""
-    import torch
-
-    frames = frames + frames[-1:] * (model.config.vision_config.temporal_patch_size - len(frames))
-    inputs = processor.video_processor(videos=[np.stack([f.pixels() for f in frames])], do_sample_frames=False,
-                                       video_metadata=[video_timing(frames).metadata()], return_tensors="pt")
-    grid = inputs["video_grid_thw"]
-    with torch.inference_mode():
-        out = model.model.get_video_features(inputs["pixel_values_videos"].to(model.device), grid.to(model.device))
-    merge = model.model.visual.spatial_merge_size
-    t, h, w = (int(x) for x in grid[0])
-    layers = [out.pooler_output[0], *(f[0] for f in getattr(out, "deepstack_features", None) or ())]
-    return torch.stack(layers).float().cpu().numpy().reshape(len(layers), t, h // merge, w // merge, -1)
+    model has them (``apm.streaming.internals.segment_features``): (layers, temporal patches, rows, cols, hidden)."""
+    segment = segment_features(processor, model, frames)
+    layers = [segment.embeds, *segment.deepstack]
+    return np.stack([layer.float().cpu().numpy() for layer in layers]).reshape(len(layers), *segment.grid, -1)
 
 
 def pool_grids(grids: np.ndarray, pool: int) -> np.ndarray:

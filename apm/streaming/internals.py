@@ -108,6 +108,8 @@ class SegmentFeatures:
     (tokens, hidden), and the DeepStack features of an architecture that has them (one per layer)."""
 
     embeds: Any
+    grid: tuple[int, int, int]
+    """The merged tokens' (temporal patches, rows, columns): ``embeds`` holds them in that order."""
     deepstack: tuple[Any, ...] = ()
 
 
@@ -121,4 +123,6 @@ def segment_features(processor: Any, model: Any, frames: Sequence[Frame]) -> Seg
     embeds = torch.cat(out.pooler_output).to(model.dtype)
     deepstack = tuple(torch.cat(f).to(model.dtype) for f in out.deepstack_features) \
         if architecture(model).deepstack else ()
-    return SegmentFeatures(embeds, deepstack)
+    merge = model.model.visual.spatial_merge_size
+    t, h, w = (int(x) for x in inputs["video_grid_thw"][0])
+    return SegmentFeatures(embeds, (t, h // merge, w // merge), deepstack)
