@@ -10,9 +10,15 @@ reference system's state bytes per video hour (docs/performance.md, "Streaming s
    (transformers, CPU), a system that writes text with ``memory.max_tokens=16``: its state bytes per
    video hour (Eq. 2 on one trajectory), update time per observed second, wall time per probe and
    the part of it outside the system's updates and answers (the harness, start-up included), time
-   to first token and RTF.
+   to first token and RTF; for ``kv_cache``, mean TTFT on the probes whose second closes a chunk
+   against those between two (issue 22, item 3: chunk alignment must not move the mean).
+3. The five references' runs judged gate-only and reduced (``--bootstrap 0``): Tables 3/4/8/10/11/13
+   grouped by memory representation, Figures 2 and 8 and the state-size figure, under ``WORK/report``.
 
-    .venv/bin/python bench/bench_streaming.py [--scale paper] [--trajectories 1]
+    .venv/bin/python bench/bench_streaming.py [--scale paper] [--trajectories 1] [--work DIR]
+
+``--work DIR`` keeps the release, frame cache, tiny model, runs and report there (a release and cache
+already there are reused); without it everything goes to a temporary folder.
 """
 
 from __future__ import annotations
@@ -21,19 +27,24 @@ import argparse
 import asyncio
 import json
 import platform
+import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from apm.backbones.base import ask
 from apm.configs import CONF_DIR
+from apm.data.clock import absolute
 from apm.data.frames import Frame
 from apm.data.release import load_release
 from apm.records.declaration import Declaration, declared
@@ -69,7 +80,7 @@ def streaming_references() -> list[str]:
     """The memory configs of ``conf/memory`` whose class declares streaming input, by config name."""
     found = []
     for path in sorted((Path(CONF_DIR) / "memory").glob("*.yaml")):
-        target = OmegaConf.load(path).get("_target_")
+        target = yaml.safe_load(path.read_text()).get("_target_")
         declaration = declared(get_class(target)) if target else None
         if declaration is not None and declaration.streaming:
             found.append(path.stem)
@@ -129,6 +140,30 @@ def system_row(label: str, run_dir: Path, wall: float) -> dict[str, Any]:
             "outside_ms": 1000 * (wall - observed - exported - answered) / len(recs)}
 
 
+def chunk_alignment(release: Path, run_dir: Path, chunk_frames: int) -> dict[str, Any]:
+    """Mean TTFT and triggered update (``update_s``) of the probes whose second's frame closes a chunk
+    (encoded by that frame's ``observe_frame``) and of those between two (the partial chunk encoded in
+    ``answer``), at 1 FPS: a probe at session second p has observed frames 0..p."""
+    starts = {(s.trajectory_id, s.day_id, s.session_id): s.start
+              for t in load_release(release).trajectories for s in t.sessions}
+    groups: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
+    for r in lines(run_dir, "records"):
+        day, hms = r["probe_time"].split(" ")
+        observed = absolute(day, hms) - starts[(r["trajectory_id"], r["day_id"], r["session_id"])] + 1
+        groups[observed % chunk_frames == 0].append(r["latency"])
+    return {"boundary" if closes else "between": {
+        "probes": len(group), "ttft_s": statistics.mean(x["ttft_s"] for x in group),
+        "update_s": statistics.mean(x["update_s"] or 0.0 for x in group)} for closes, group in groups.items()}
+
+
+def reduce_report(runs: list[Path], out: Path) -> None:
+    """apm-judge (gate only) and apm-reduce (no bootstrap) over ``runs``, as a user would run them."""
+    bin_dir, dirs = Path(sys.executable).parent, [str(r) for r in runs]
+    for command in ([str(bin_dir / "apm-judge"), *dirs, "judge=gate_only"],
+                    [str(bin_dir / "apm-reduce"), *dirs, "--out", str(out), "--bootstrap", "0"]):
+        subprocess.run(command, check=True, capture_output=True)
+
+
 def mib(n: float) -> str:
     return f"{n / 2**20:.2f} MiB"
 
@@ -137,25 +172,36 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--scale", default="paper")
     p.add_argument("--trajectories", type=int, default=1)
+    p.add_argument("--work", type=Path, default=None)
     args = p.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with nullcontext(args.work) if args.work else tempfile.TemporaryDirectory() as work:
+        work = Path(work)
         began = time.perf_counter()
-        root = generate(tmp / "release", seed=0, scale=args.scale, limit_trajectories=args.trajectories)
-        build_release_cache(load_release(root), tmp / "cache", progress=False)
-        model = build_tiny_qwen2vl(tmp / "tiny")
+        root = work / "release"
+        if not (work / "cache").is_dir():  # the cache is built last: a release without it is rebuilt whole
+            generate(root, seed=0, scale=args.scale, limit_trajectories=args.trajectories)
+            build_release_cache(load_release(root), work / "cache", progress=False)
+        for ours in ("runs", "tiny-runs"):  # measured afresh each time (a kept run would resume, timing nothing)
+            shutil.rmtree(work / ours, ignore_errors=True)
+        model = build_tiny_qwen2vl(work / "tiny")
         print(f"release and frame cache: {time.perf_counter() - began:.0f} s")
         stream = ["memory=none", "memory._target_=bench_streaming.NullStream", "~memory.recent_frames",
                   "memory.name='Null stream (bench)'", "backbone=random", "backbone.max_frames=1024"]
         harness = [harness_row("raw_video (frames re-sent per probe)",
-                               *run(root, tmp / "runs", tmp / "cache", ["memory=raw_video", "backbone=random",
-                                                                        "backbone.max_frames=1024"])),
+                               *run(root, work / "runs", work / "cache", ["memory=raw_video", "backbone=random",
+                                                                          "backbone.max_frames=1024"])),
                    harness_row("streaming replay (frames observed once per session)",
-                               *run(root, tmp / "runs", tmp / "cache", stream))]
+                               *run(root, work / "runs", work / "cache", stream))]
         tiny = ["backbone=tiny_qwen2vl_hf", f"backbone.model={model}", "generation.max_tokens=8"]
-        systems = [system_row(name, *run(root, tmp / "runs", tmp / "cache",
-                                         [f"memory={name}", *system_overrides(name), *tiny]))
-                   for name in streaming_references()]
+        references = {name: run(root, work / "tiny-runs", work / "cache", [f"memory={name}", *system_overrides(name),
+                                                                            *tiny])
+                      for name in streaming_references()}
+        systems = [system_row(name, *done) for name, done in references.items()]
+        chunk = OmegaConf.load(Path(CONF_DIR) / "memory" / "kv_cache.yaml").chunk_frames
+        alignment = chunk_alignment(root, references["kv_cache"][0], chunk)
+        reduce_report([run_dir for run_dir, _ in references.values()], work / "report")
+        report = work / "report"
+        table3 = (report / "tables" / "table3.md").read_text()
     print(f"machine: {cpu_model()}, Python {platform.python_version()}")
     print("| what | probes | frames read from the cache | per probe | wall (s) | per probe (ms) |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -170,6 +216,14 @@ def main() -> None:
         print(f"| {r['what']} | {r['probes']} | {mib(r['bytes'])} | {mib(r['per_hour'])} | "
               f"{r['update_ms_per_s']:.1f} | {r['ttft_s']:.3f} | {r['rtf']:.4f} | {r['errors']} | {r['wall_s']:.0f} | "
               f"{r['per_probe_ms']:.0f} | {r['outside_ms']:.0f} |")
+    print()
+    print(f"kv_cache (chunk_frames {chunk}): probes closing a chunk against between two")
+    for where, row in alignment.items():
+        print(f"  {where}: {row['probes']} probes, mean TTFT {row['ttft_s']:.3f} s, "
+              f"mean update_s {row['update_s']:.3f} s")
+    print()
+    print(f"report: {report if args.work else '(temporary)'}; Table 3:")
+    print(table3)
 
 
 if __name__ == "__main__":
