@@ -66,8 +66,10 @@ def qwen_still(processor: Qwen2VLImageProcessor) -> int:
 
 
 def qwen_video(processor: Qwen2VLVideoProcessor | Qwen3VLVideoProcessor, frames: int) -> int:
-    """An ``frames``-frame video's tokens from the video processor's ``video_grid_thw`` (t·h·w ÷ merge²)."""
-    out = processor(videos=[_blank_video(frames)], do_sample_frames=False, return_tensors="np")
+    """An ``frames``-frame video's tokens from the video processor's ``video_grid_thw`` (t·h·w ÷ merge²); a
+    448 × 252 frame is under the per-frame pixel cap, so ``cap_pixels_per_frame`` changes nothing here."""
+    out = processor(videos=[_blank_video(frames)], do_sample_frames=False, cap_pixels_per_frame=False,
+                    return_tensors="np")
     return int(np.prod(out["video_grid_thw"])) // processor.merge_size**2
 
 
