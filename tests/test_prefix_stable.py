@@ -29,11 +29,13 @@ from apm.data.instances import Instance, release_instances
 from apm.data.model import Release
 from apm.data.release import load_release
 from apm.memory.video import RawVideo
+from apm.runner.app import build_setup
 from apm.runner.config import FrameLayout, config_hash
 from apm.runner.context import Prepared, prepare, prompt_digest
+from apm.runner.request import prepare_instance, state_dir_of
 from apm.synth import generate
 from apm.video.cache import FrameCache
-from apm.video.select import EARLIER_SHARE
+from apm.video.select import EARLIER_SHARE, still_count
 
 STABLE = FrameLayout.session_stable
 
@@ -45,13 +47,14 @@ def world(tmp_path_factory) -> tuple[Path, Release, list[Instance], FrameCache]:
     return root, release, release_instances(release), FrameCache(tmp_path_factory.mktemp("cache"))
 
 
-def prepared(world, inst: Instance, max_frames: int, layout: FrameLayout = STABLE) -> Prepared:
+def prepared(world, inst: Instance, max_frames: int, layout: FrameLayout = STABLE,
+             frames_per_still: float = 1.0) -> Prepared:
     """``inst``'s request under raw-video memory (earlier sessions in full), laid out by ``layout``."""
     _, release, _, cache = world
     traj = release.trajectory(inst.trajectory_id)
     history = RawVideo().history(inst, traj, Path("/nonexistent"))  # no state folder: no turns kept …
     history = replace(history, spans=tuple(replace(s, video=None) for s in history.spans))  # … release videos
-    return prepare(cache, traj, inst, history, max_frames, GenerationSettings(max_tokens=4), layout)
+    return prepare(cache, traj, inst, history, max_frames, GenerationSettings(max_tokens=4), layout, frames_per_still)
 
 
 def server() -> VLLMServerBackbone:
@@ -96,6 +99,36 @@ def test_earlier_sessions_are_the_same_and_the_current_prefix_only_grows(world) 
             assert b_now[: len(grid)] == grid, inst.key
             checked += 1
     assert checked > 20
+
+
+@pytest.mark.parametrize("frames_per_still", [3.0, 112 / 9])
+def test_stills_are_spent_at_their_tokens_worth_and_still_only_grow(world, frames_per_still: float) -> None:
+    """A still worth ``frames_per_still`` video frames: the room the earlier sessions leave buys that many
+    fewer stills (at least the latest frame), still on a stride fixed per session."""
+    _, _, instances, _ = world
+    checked = 0
+    for group in by_session(instances):
+        shown = [prepared(world, inst, 64, frames_per_still=frames_per_still) for inst in group]
+        for a, b in zip(shown, shown[1:]):
+            (a_earlier, a_now), (b_earlier, b_now) = (split(x.frames, a.instance.session) for x in (a, b))
+            assert 1 <= len(a_now) <= still_count(64 - len(a_earlier), frames_per_still), a.instance.key
+            assert a_earlier == b_earlier and b_now[: len(a_now) - 1] == a_now[:-1], a.instance.key
+            checked += 1
+    assert checked > 20
+
+
+def test_the_runner_spends_stills_as_the_backbones_guard_counts_them(world, tmp_path) -> None:
+    """Under the Qwen3-VL preset a still is worth 112 / 9 frames: a first session's probe gets at most 5
+    stills of a 64-frame budget, where it used to get 64."""
+    setup, plan = build_setup(compose_run(world[0], tmp_path / "runs", tmp_path / "cache", [
+        "memory=raw_video", "backbone=qwen3_vl_8b", "backbone.max_frames=64", "frames.layout=session_stable"]))
+    assert setup.backbone.guard.frames_per_still == 112 / 9
+    by_id = {t.trajectory_id: t for t in plan.trajectories}
+    first = [i for i in plan.run_instances if i.session == i.visible_sessions[0]]
+    stills = [sum(p.still for p in prepare_instance(setup, by_id[i.trajectory_id], i,
+                                                    state_dir_of(setup, by_id[i.trajectory_id]))[0]
+                  .request.messages[1].parts if isinstance(p, FramePart)) for i in first]
+    assert first and max(stills) == still_count(64, 112 / 9) == 5
 
 
 def split(frames, session: str) -> tuple[list, list]:

@@ -165,7 +165,8 @@ def test_qwen_presets_fit_1024_frames_and_the_longest_prompt(tiny, tmp_path):
 
 def test_frames_are_chosen_for_the_context_the_text_leaves(tiny, tmp_path):
     setup, plan = build_setup(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [
-        "memory=raw_video", "backbone=qwen3_vl_8b", "backbone.max_context_tokens=6000"]))
+        "memory=raw_video", "backbone=qwen3_vl_8b", "backbone.max_context_tokens=6000",
+        "backbone.tokens_per_frame=128"]))  # the preset's real 9 would fit every frame of the tiny release
     inst = max(plan.run_instances, key=lambda i: (i.task == "ER", i.probe_time))
     traj = next(t for t in plan.trajectories if t.trajectory_id == inst.trajectory_id)
     prepared, budget = prepare_instance(setup, traj, inst, state_dir_of(setup, traj))

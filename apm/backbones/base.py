@@ -256,6 +256,11 @@ class Guard(Protocol):
     """What the runner asks of a backbone's context guard (:class:`apm.backbones.guard.ContextGuard`):
     the frames to choose for a request's text, what that choice left out, and the cut it makes at send time."""
 
+    @property
+    def frames_per_still(self) -> float:
+        """How many video frames' tokens one still costs (the ``session_stable`` layout's unit for stills)."""
+        ...
+
     def selection_budget(self, request: Request) -> int | None: ...
 
     def budget_truncation(self, chosen: Request, fitted: Request) -> Truncation: ...

@@ -15,9 +15,9 @@ Policy = Literal["uniform", "oldest"]
 class ContextGuard:
     """Drops frames from a request until it fits ``max_frames`` and ``max_context_tokens``.
 
-    The prompt size is an estimate (``tokens_per_frame`` per frame plus ``chars_per_token`` for text
-    and ``max_tokens`` reserved for the answer). ``uniform`` keeps an even subsample that always
-    includes the latest frame; ``oldest`` drops the earliest frames first.
+    The prompt size is an estimate (``tokens_per_frame`` per video frame, ``tokens_per_still`` per still,
+    ``chars_per_token`` for text and ``max_tokens`` reserved for the answer). ``uniform`` keeps an even
+    subsample that always includes the latest frame; ``oldest`` drops the earliest frames first.
     """
 
     max_frames: int | None = None
@@ -25,12 +25,25 @@ class ContextGuard:
     tokens_per_frame: int = 256
     chars_per_token: float = 4.0
     policy: Policy = "uniform"
+    tokens_per_still: int | None = None
+    """A still's tokens (an image of its own); None: ``tokens_per_frame``."""
+
+    @property
+    def frames_per_still(self) -> float:
+        """How many video frames' tokens one still costs: what ``session_stable`` spends its stills in."""
+        return (self.tokens_per_still or self.tokens_per_frame) / self.tokens_per_frame
+
+    def frame_tokens(self, request: Request) -> int:
+        """Estimated tokens of the request's frames: its video frames and its stills."""
+        stills = sum(p.still for m in request.messages for p in m.parts if isinstance(p, FramePart))
+        video = len(request.frames) - stills
+        return self.tokens_per_frame * video + (self.tokens_per_still or self.tokens_per_frame) * stills
 
     def estimate(self, request: Request) -> int:
         """Estimated prompt tokens plus the answer budget."""
         return (
             math.ceil(text_chars(request) / self.chars_per_token)
-            + self.tokens_per_frame * len(request.frames)
+            + self.frame_tokens(request)
             + request.settings.max_tokens
         )
 
@@ -39,8 +52,10 @@ class ContextGuard:
         n = len(request.frames)
         budget = n if self.max_frames is None else min(n, self.max_frames)
         if self.max_context_tokens is not None:
-            spare = self.max_context_tokens - (self.estimate(request) - self.tokens_per_frame * n)
-            budget = min(budget, spare // self.tokens_per_frame if spare >= 0 else -1)
+            frames = self.frame_tokens(request)
+            spare = self.max_context_tokens - (self.estimate(request) - frames)
+            per_frame = frames / n if n else self.tokens_per_frame
+            budget = min(budget, math.floor(spare / per_frame) if spare >= 0 else -1)
         return budget
 
     def selection_budget(self, request: Request) -> int | None:

@@ -87,6 +87,7 @@ class OpenAIBackbone(Backbone):
         max_frames: int | None = None,
         max_context_tokens: int | None = None,
         tokens_per_frame: int = 256,
+        tokens_per_still: int | None = None,
         truncation_policy: Policy = "uniform",
         concurrency: int = 16,
         max_attempts: int = 6,
@@ -111,7 +112,8 @@ class OpenAIBackbone(Backbone):
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         self.max_frames = max_frames
-        self.guard = ContextGuard(max_frames, max_context_tokens, tokens_per_frame, policy=truncation_policy)
+        self.guard = ContextGuard(max_frames, max_context_tokens, tokens_per_frame, policy=truncation_policy,
+                                  tokens_per_still=tokens_per_still)
         self.data_parallel_size = data_parallel_size
         self.transport = Transport(
             name=self.name, api_key_env=api_key_env, concurrency=concurrency, max_attempts=max_attempts,

@@ -46,10 +46,11 @@ def _session_header(trajectory: Trajectory, key: str, what: str, end: str | None
 
 def choose_frames(
     cache: FrameCache, trajectory: Trajectory, instance: Instance, history: History, max_frames: int,
-    layout: FrameLayout = FrameLayout.uniform,
+    layout: FrameLayout = FrameLayout.uniform, frames_per_still: float = 1.0,
 ) -> tuple[list[Frame], list[Frame]]:
     """The frames shown, as (frames sent as one video, current-prefix stills): history spans plus the
-    current prefix sampled uniformly to ``max_frames`` (or the latest N), or the session-stable split.
+    current prefix sampled uniformly to ``max_frames`` (or the latest N), or the session-stable split
+    (its stills each worth ``frames_per_still`` frames of the budget).
 
     ``max_frames`` 0 means the backbone takes no frames (the reference baselines).
     """
@@ -59,7 +60,7 @@ def choose_frames(
     if history.current == "recent":
         return select_frames(cache, trajectory, instance, spans, recent=history.recent_frames), []
     if FrameLayout(layout) is FrameLayout.session_stable:
-        return session_stable_frames(cache, trajectory, instance, list(history.spans), max_frames)
+        return session_stable_frames(cache, trajectory, instance, list(history.spans), max_frames, frames_per_still)
     return select_frames(cache, trajectory, instance, spans, max_frames=max_frames), []
 
 
@@ -127,9 +128,11 @@ def prepare(
     max_frames: int,
     settings: GenerationSettings,
     layout: FrameLayout = FrameLayout.uniform,
+    frames_per_still: float = 1.0,
 ) -> Prepared:
-    """The request for ``instance`` and the frames it shows, laid out by ``layout``."""
-    frames, stills = choose_frames(cache, trajectory, instance, history, max_frames, layout)
+    """The request for ``instance`` and the frames it shows, laid out by ``layout`` (a still worth
+    ``frames_per_still`` frames of the budget: the backbone's guard says)."""
+    frames, stills = choose_frames(cache, trajectory, instance, history, max_frames, layout, frames_per_still)
     messages = (
         Message.text("system", system_prompt()),
         Message("user", tuple(build_parts(trajectory, instance, history, frames, stills)), time=instance.probe_time),

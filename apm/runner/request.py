@@ -45,12 +45,14 @@ def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance
         raise TypeError(f"{setup.protocol.name}: a streaming system composes its own requests; none to prepare")
     history = setup.protocol.history(instance, trajectory, state_dir)
     check_shown(trajectory, instance, history)
-    prepared = prepare(setup.cache, trajectory, instance, history, setup.max_frames, setup.settings, setup.layout)
     guard = setup.backbone.guard
+    still = guard.frames_per_still if guard is not None else 1.0
+    prepared = prepare(setup.cache, trajectory, instance, history, setup.max_frames, setup.settings, setup.layout,
+                       still)
     fit = guard.selection_budget(prepared.request) if guard is not None else None
     if fit is None:
         return prepared, None
-    fitted = prepare(setup.cache, trajectory, instance, history, fit, setup.settings, setup.layout)
+    fitted = prepare(setup.cache, trajectory, instance, history, fit, setup.settings, setup.layout, still)
     if len(fitted.frames) > fit:  # the protocol picks its own frames (the most recent N): the guard cuts them
         return prepared, None
     assert guard is not None  # fit is None without a guard

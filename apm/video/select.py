@@ -62,10 +62,22 @@ def _check(span: Span, session: Session, instance: Instance) -> None:
         raise ValueError(f"{instance.key}: span {span} is not within session [{session.start}, {session.end}]")
 
 
-def _strided(ordered: list[tuple[int, int]], stride: int) -> list[tuple[int, int]]:
+def strided(ordered: list[tuple[int, int]], stride: int) -> list[tuple[int, int]]:
     """Every ``stride``-th of ``ordered`` from the first, and the last (the probe's latest sample)."""
     chosen = ordered[::stride]
     return chosen + ordered[-1:] if ordered and chosen[-1] != ordered[-1] else chosen
+
+
+def still_count(room: int, frames_per_still: float) -> int:
+    """How many stills ``room`` frames of the budget buy when a still costs ``frames_per_still`` video frames'
+    tokens (at least the latest frame while there is room: docs/prompts.md, "Frame layouts")."""
+    return max(math.floor(room / frames_per_still), 1) if room > 0 else 0
+
+
+def prefix_stride(samples: int, stills: int) -> int:
+    """The ``session_stable`` stride: every k-th of a session's ``samples`` so that ``stills`` - 1 of them and
+    the latest cover it whole (k fixed per session, from its scheduled length)."""
+    return max(1, math.ceil(samples / (stills - 1)))
 
 
 def select_frames(
@@ -104,7 +116,7 @@ def select_frames(
     elif max_frames is not None:
         chosen = [ordered[j] for j in uniform_indices(len(ordered), max_frames)]
     elif stride is not None:
-        chosen = _strided(ordered, stride)
+        chosen = strided(ordered, stride)
     else:
         chosen = ordered
     frames: list[Frame] = []
@@ -119,27 +131,33 @@ def select_frames(
 
 
 def session_stable_frames(
-    cache: FrameCache, trajectory: Trajectory, instance: Instance, spans: list[Span], max_frames: int
+    cache: FrameCache, trajectory: Trajectory, instance: Instance, spans: list[Span], max_frames: int,
+    frames_per_still: float = 1.0,
 ) -> tuple[list[Frame], list[Frame]]:
     """The ``session_stable`` layout's frames: the earlier sessions' and the current prefix's.
 
     Earlier sessions (``spans``) get at most ``EARLIER_SHARE`` of ``max_frames``, uniformly: a function
     of the spans and the budget alone, so every probe of a session is shown the same ones. The
-    current prefix gets the rest, as every k-th sample from the session start (k fixed per session,
-    from its announced length) plus the latest one: a later probe's frames extend an earlier one's.
+    current prefix gets the rest, spent in stills that each cost ``frames_per_still`` video frames'
+    tokens (the backbone's guard says), as every k-th sample from the session start (k fixed per
+    session, from its announced length) plus the latest one: a later probe's frames extend an earlier one's.
     """
     current = trajectory.session(instance.session)
     if any(span.session == current.key for span in spans):
         raise ValueError(f"{instance.key}: session_stable takes spans of earlier sessions only")
-    earlier = select_frames(cache, trajectory, instance, spans, max_frames=math.floor(EARLIER_SHARE * max_frames))
-    room = max_frames - len(earlier)
+    earlier = select_frames(cache, trajectory, instance, spans, max_frames=earlier_budget(max_frames))
+    stills = still_count(max_frames - len(earlier), frames_per_still)
     prefix = prefix_spans(trajectory, instance)
-    if room <= 1:
-        return earlier, select_frames(cache, trajectory, instance, prefix, recent=room)
+    if stills <= 1:
+        return earlier, select_frames(cache, trajectory, instance, prefix, recent=stills)
     entry = cache.entry(current.video)
     samples = min(entry.count, math.floor(current.duration * entry.rate) + 1)
-    stride = max(1, math.ceil(samples / (room - 1)))
-    return earlier, select_frames(cache, trajectory, instance, prefix, stride=stride)
+    return earlier, select_frames(cache, trajectory, instance, prefix, stride=prefix_stride(samples, stills))
+
+
+def earlier_budget(max_frames: int) -> int:
+    """The most frames ``session_stable`` shows of earlier sessions: ``EARLIER_SHARE`` of the budget."""
+    return math.floor(EARLIER_SHARE * max_frames)
 
 
 def prefix_spans(trajectory: Trajectory, instance: Instance) -> list[Span]:
