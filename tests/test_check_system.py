@@ -10,6 +10,7 @@ import pytest
 from runner_helpers import first_trajectory
 
 import apm.runner.online as replay
+from apm.check import checks
 from apm.check.system import CHECKS
 from apm.cli.check_system import NAMES, main
 from apm.runner.online import session_frames
@@ -62,9 +63,14 @@ def test_the_command_passes_on_the_references_and_a_plug_in(config, args, one, t
     assert status == 0
 
 
+ON_MODEL_INTERNALS = ("kv_cache", "feature_memory", "parametric_memory")
+"""The references that work inside the run's transformers backbone: checked on the tiny Qwen2-VL."""
+
+
 @pytest.mark.slow
-def test_the_command_passes_on_the_kv_cache_on_the_tiny_model(one, tiny_model, tmp_path, capsys):
-    status, lines = check(capsys, one, tmp_path, "kv_cache", f"backbone.model={tiny_model}", "generation.max_tokens=6",
+@pytest.mark.parametrize("config", ON_MODEL_INTERNALS)
+def test_the_command_passes_on_the_references_inside_the_tiny_model(config, one, tiny_model, tmp_path, capsys):
+    status, lines = check(capsys, one, tmp_path, config, f"backbone.model={tiny_model}", "generation.max_tokens=6",
                           "dataset.tasks=[ER,ERA,RCR,EA]", "--backbone", "tiny_qwen2vl_hf")
     assert all(line.startswith("PASS ") for line in lines.values()), lines
     assert list(lines) == list(CHECKS) and status == 0
@@ -149,3 +155,25 @@ def test_an_unknown_check_is_one_line(tiny, tmp_path, capsys):
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and err.startswith("apm-check-system: error: argument --only: no check speed")
     assert not (tmp_path / "w").exists()
+
+
+def _held(root: Path, files: dict[str, bytes]) -> dict[str, dict[str, int]]:
+    """Write ``files`` under ``root/syn`` and return them as a memory line's ``state`` measures them."""
+    for name, data in files.items():
+        (root / "syn" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "syn" / name).write_bytes(data)
+    return {name: {"bytes": len(data)} for name, data in files.items()}
+
+
+def test_the_state_bytes_check_counts_fast_weights_apart_as_b4_does(tmp_path):
+    state = _held(tmp_path, {"notes.json": b"x" * 10, "fast_weights/lora.safetensors": b"w" * 100})
+    line = {"trajectory_id": "syn", "session_index": 0, "state": state, "bytes": 10, "fast_weight_bytes": 100}
+    assert checks.state_bytes(tmp_path, [line], []) == []
+    added = {**line, "bytes": 110}  # the fast weights counted in per-video storage too: B.4 keeps them apart
+    assert checks.state_bytes(tmp_path, [added], []) == [
+        "syn: the last memory line says 110 bytes and 100 of fast weights, its files sum to 10 and 100 under "
+        "fast_weights/"]
+    unreported = {k: v for k, v in line.items() if k != "fast_weight_bytes"}
+    assert checks.state_bytes(tmp_path, [unreported], []) == [
+        "syn: the last memory line says 10 bytes and 0 of fast weights, its files sum to 10 and 100 under "
+        "fast_weights/"]

@@ -16,8 +16,6 @@ import yaml
 from runner_helpers import assert_storage_is_on_disk, compose_run, first_trajectory, memory_records, records, run
 from tiny_vlm import make_frames
 
-from apm.check.system import CHECKS
-from apm.cli.check_system import main as check_system
 from apm.configs import CONF_DIR
 from apm.data.frames import Frame
 from apm.data.instances import release_instances
@@ -217,14 +215,3 @@ def test_the_visual_features_representation_has_a_reference_system() -> None:
     visual = [name for name, d in found.items() if d is not None and d.representation == "visual_features"]
     assert visual == ["feature_memory"] and found["feature_memory"] == FeatureMemory.declaration
     assert found["feature_memory"].tag == "reference system" and found["feature_memory"].persistent
-
-
-@pytest.mark.slow
-def test_the_contract_checklist_passes(one, tiny_model, tmp_path, capsys) -> None:
-    """apm-check-system's every check (causality on pixels, order, non-mutating answers, EA, state bytes,
-    schema, resume, SIGKILL determinism) on the feature memory."""
-    status = check_system(["feature_memory", f"backbone.model={tiny_model}", "generation.max_tokens=4",
-                           "dataset.tasks=[ER,ERA,RCR,EA]", "--backbone", "tiny_qwen2vl_hf",
-                           "--release", str(one), "--work", str(tmp_path)])
-    lines = capsys.readouterr().out.splitlines()
-    assert status == 0 and len(lines) == len(CHECKS) and all(line.startswith("PASS ") for line in lines), lines

@@ -19,6 +19,7 @@ from apm.data.instances import Instance
 from apm.data.model import Release
 from apm.records.declaration import Declaration
 from apm.runner.causality import REFUSED
+from apm.streaming.base import FAST_WEIGHTS, storage_bytes
 
 Records = Mapping[str, dict[str, Any]]
 """Each instance key's newest record."""
@@ -189,7 +190,8 @@ def _measured(line: dict[str, Any] | None) -> dict[str, int]:
 
 def state_bytes(state_root: Path, lines: list[dict[str, Any]], events: list[Event]) -> list[str]:
     """Each trajectory's state folder holds, file for file, what its last memory line measured (and that
-    line's ``bytes`` is their sum); each session began from exactly what the previous line measured."""
+    line's ``bytes`` and ``fast_weight_bytes`` are their sums, the fast weights apart as B.4 reports them);
+    each session began from exactly what the previous line measured."""
     problems = []
     newest: dict[tuple[str, int], dict[str, Any]] = {}
     for m in lines:
@@ -201,9 +203,12 @@ def state_bytes(state_root: Path, lines: list[dict[str, Any]], events: list[Even
             extra = sorted(set(held) - set(measured)) or sorted(p for p in held if held[p] != measured.get(p))
             problems.append(f"{tid}: the state folder holds {sum(held.values())} bytes on disk, its last memory "
                             f"line measured {sum(measured.values())} (not as measured: {', '.join(extra[:3]) or '-'})")
-        if last["bytes"] != sum(measured.values()):
-            problems.append(f"{tid}: the last memory line says {last['bytes']} bytes, its files sum to "
-                            f"{sum(measured.values())}")
+        said = {"bytes": last["bytes"], "fast_weight_bytes": last.get("fast_weight_bytes", 0)}
+        summed = storage_bytes(last.get("state", {}))
+        if said != summed:
+            problems.append(f"{tid}: the last memory line says {said['bytes']} bytes and {said['fast_weight_bytes']} "
+                            f"of fast weights, its files sum to {summed['bytes']} and {summed['fast_weight_bytes']} "
+                            f"under {FAST_WEIGHTS}/")
     main: dict[str, str] = {}  # each trajectory's first copy: its main replay (later copies answer EA)
     for e in events:
         if e["event"] == "begin":
