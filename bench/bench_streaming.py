@@ -11,7 +11,8 @@ reference system's state bytes per video hour (docs/performance.md, "Streaming s
    video hour (Eq. 2 on one trajectory), update time per observed second, wall time per probe and
    the part of it outside the system's updates and answers (the harness, start-up included), time
    to first token and RTF; for ``kv_cache``, mean TTFT on the probes whose second closes a chunk
-   against those between two (issue 22, item 3: chunk alignment must not move the mean).
+   against those between two (issue 22, item 3: chunk alignment must not move the mean); each
+   reference's state after each session (what grows with the stream, what stays bounded).
 3. The five references' runs judged gate-only and reduced (``--bootstrap 0``): Tables 3/4/8/10/11/13
    grouped by memory representation, Figures 2 and 8 and the state-size figure, under ``WORK/report``.
 
@@ -124,12 +125,13 @@ def harness_row(label: str, run_dir: Path, wall: float) -> dict[str, Any]:
 def system_row(label: str, run_dir: Path, wall: float) -> dict[str, Any]:
     """State bytes per video hour (the trajectory's last state over its video hours), update and answer
     times, wall time per probe and its part outside the system's observe, export and answer calls
-    (``prep_s`` + ``total_s``)."""
+    (``prep_s`` − ``update_s`` + ``total_s``: the update a probe triggered is timed in ``observe_s`` too)."""
     recs, memory = lines(run_dir, "records"), lines(run_dir, "memory")
     last = max(memory, key=lambda m: m["session_index"])
     observed = sum(m["observe_s"] for m in memory)
     exported = sum(m["update_s"] for m in memory)
-    answered = sum((r["latency"]["prep_s"] or 0.0) + (r["latency"]["total_s"] or 0.0) for r in recs)
+    answered = sum((lat["prep_s"] or 0.0) - (lat["update_s"] or 0.0) + (lat["total_s"] or 0.0)
+                   for lat in (r["latency"] for r in recs))  # prep_s holds the triggered update, in observe_s too
     seconds = 3600 * last["prior_hours"]
     ttft = [r["latency"]["ttft_s"] for r in recs if r["latency"]["ttft_s"] is not None]
     rtf = [r["latency"]["rtf"] for r in recs if r["latency"]["rtf"] is not None]
@@ -138,6 +140,16 @@ def system_row(label: str, run_dir: Path, wall: float) -> dict[str, Any]:
             "errors": sum(r["error"] is not None for r in recs), "wall_s": wall,
             "per_probe_ms": 1000 * wall / len(recs),
             "outside_ms": 1000 * (wall - observed - exported - answered) / len(recs)}
+
+
+def state_by_session(run_dir: Path) -> list[tuple[float, float]]:
+    """Per session of the trajectories (1 = after the first), the mean state bytes and fast-weight bytes
+    after it (each session's newest memory line): what grows with the stream and what stays bounded."""
+    newest = {(m["trajectory_id"], m["session_index"]): m for m in lines(run_dir, "memory")}
+    sessions = sorted({index for _, index in newest})
+    return [(statistics.mean(m["bytes"] for (_, i), m in newest.items() if i == index),
+             statistics.mean(m.get("fast_weight_bytes", 0) for (_, i), m in newest.items() if i == index))
+            for index in sessions]
 
 
 def chunk_alignment(release: Path, run_dir: Path, chunk_frames: int) -> dict[str, Any]:
@@ -199,6 +211,7 @@ def main() -> None:
         systems = [system_row(name, *done) for name, done in references.items()]
         chunk = OmegaConf.load(Path(CONF_DIR) / "memory" / "kv_cache.yaml").chunk_frames
         alignment = chunk_alignment(root, references["kv_cache"][0], chunk)
+        states = {name: state_by_session(run_dir) for name, (run_dir, _) in references.items()}
         reduce_report([run_dir for run_dir, _ in references.values()], work / "report")
         report = work / "report"
         table3 = (report / "tables" / "table3.md").read_text()
@@ -216,6 +229,12 @@ def main() -> None:
         print(f"| {r['what']} | {r['probes']} | {mib(r['bytes'])} | {mib(r['per_hour'])} | "
               f"{r['update_ms_per_s']:.1f} | {r['ttft_s']:.3f} | {r['rtf']:.4f} | {r['errors']} | {r['wall_s']:.0f} | "
               f"{r['per_probe_ms']:.0f} | {r['outside_ms']:.0f} |")
+    print()
+    sessions = max(len(state) for state in states.values())
+    print("| system | " + " | ".join(f"after session {i + 1}" for i in range(sessions)) + " | fast weights (last) |")
+    print("| --- |" + " ---: |" * (sessions + 1))
+    for name, state in states.items():
+        print(f"| {name} | " + " | ".join(mib(b) for b, _ in state) + f" | {mib(state[-1][1])} |")
     print()
     print(f"kv_cache (chunk_frames {chunk}): probes closing a chunk against between two")
     for where, row in alignment.items():
