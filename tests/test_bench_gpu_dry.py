@@ -56,3 +56,15 @@ def test_the_transformers_dry_run_measures_every_method(tmp_path: Path) -> None:
     assert any(p["observe_s"] > 0 for p in methods["KV-cache reference"]["probes"])  # its stream updates count
     table = (tmp_path / "bench_gpu_hf.md").read_text()
     assert all(f"| {name} | {probes} |" in table for name in methods) and "probes per GPU-hour" in table
+
+
+def test_the_pack_refuses_a_bundle_that_cannot_travel(tmp_path: Path) -> None:
+    sys.path.insert(0, str(GPU_BENCHES))
+    import pack
+
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "a.whl").write_bytes(b"x" * 1000)
+    assert pack.check_fits(tmp_path, tree=500, limit=1500) == 1500
+    with pytest.raises(SystemExit, match=r"cannot travel"):
+        pack.check_fits(tmp_path, tree=501, limit=1500)
+    assert pack.LIMIT == 64 * 2**20 and all("==" in w for w in (*pack.WHEELS, *pack.SOURCE_ONLY))
