@@ -47,12 +47,13 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
 BEGIN, END = "<!-- bench_prefix_cache:begin -->", "<!-- bench_prefix_cache:end -->"
 
 
-def run_config(root: Path, work: Path, overrides: list[str]) -> DictConfig:
-    """``apm-run``'s config for one benchmark run: the release, its frame cache under ``work``, one probe
-    at a time, no preflight (its largest request would seed the engine's cache), nothing logged."""
+def run_config(root: Path, work: Path, overrides: list[str], cache: Path | None = None) -> DictConfig:
+    """``apm-run``'s config for one benchmark run: the release, its frame cache (``cache``, else under
+    ``work``), runs under ``work``, one probe at a time, no preflight (its largest request would seed the
+    engine's cache), nothing logged."""
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         return compose("config", overrides=[
-            f"dataset.root={root}", f"output_root={work / 'runs'}", f"frames.cache_dir={work / 'cache'}",
+            f"dataset.root={root}", f"output_root={work / 'runs'}", f"frames.cache_dir={cache or work / 'cache'}",
             "concurrency=1", "preflight=false", "generation.max_tokens=4", "logging.wandb.mode=disabled",
             "logging.progress=false", *overrides,
         ])

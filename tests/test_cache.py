@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import multiprocessing as mp
@@ -12,6 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 from videogen import cfr, make_video, read_code
@@ -46,6 +48,22 @@ def test_fps_and_max_side_are_settings(clip: Path, tmp_path: Path) -> None:
     assert read_code(pixels(entry.jpeg(3))) == 150
     assert pixels(entry.jpeg(0)).shape == (32, 48, 3)
     assert pixels(FrameCache(tmp_path, max_side=448).entry(clip).jpeg(0)).shape == (64, 96, 3)  # never enlarged
+
+
+def test_each_jpeg_is_pyavs_own_rgb_image_encoded(clip: Path, tmp_path: Path) -> None:
+    """The cached bytes are those of PyAV's ``to_image()`` of the AREA-scaled rgb24 frame, JPEG-encoded by
+    Pillow at the entry's quality: a faster path to the pixels must not change an entry's content."""
+    entry = FrameCache(tmp_path, fps=2.0, max_side=48, jpeg_quality=70).entry(clip)
+    with av.open(str(clip)) as container:
+        decoded = list(container.decode(container.streams.video[0]))
+    kept = [max((f for f in decoded if f.time <= k / 2), key=lambda f: f.time) for k in range(entry.count)]
+    expected = []
+    for frame in kept:
+        buf = io.BytesIO()
+        rgb = frame.reformat(width=48, height=32, format="rgb24", interpolation="AREA")
+        rgb.to_image().save(buf, format="JPEG", quality=70)
+        expected.append(buf.getvalue())
+    assert entry.jpegs(range(entry.count)) == expected
 
 
 def test_entry_is_keyed_by_content_and_reused(clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,29 @@ def test_async_contract_with_concurrent_calls(tiny_model: Path) -> None:  # noqa
     assert all(r.ok for r in answers)
     assert len({r.text for r in answers}) == 1
     assert max(r.elapsed_s for r in answers) > max(r.total_s for r in answers)  # queued on one worker
+
+
+def test_random_weights_need_only_the_config(tiny_qwen3vl: Path, tmp_path: Path) -> None:  # noqa: F811
+    """``weights: random`` reads the folder's config and processor, never a weight file: the same seeded
+    weights each time, the pretrained path's model class and prompt tokens."""
+    import torch
+
+    bare = tmp_path / "no-weights"
+    shutil.copytree(tiny_qwen3vl, bare, ignore=shutil.ignore_patterns("*.safetensors"))
+    request = frames_request(make_frames(4), max_tokens=2)
+    answers, weights = [], []
+    for _ in range(2):
+        backbone = HFBackbone(str(bare), weights="random")
+        answers.append(backbone.generate_sync(request))
+        weights.append({k: v.clone() for k, v in backbone._model.state_dict().items()})
+        backbone.close_sync()
+    pretrained = HFBackbone(str(tiny_qwen3vl))
+    reference = pretrained.generate_sync(request)
+    pretrained_keys = pretrained._model.state_dict().keys()
+    pretrained.close_sync()
+    assert all(a.ok for a in answers), answers
+    assert answers[0].text == answers[1].text
+    assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert weights[0].keys() == pretrained_keys and answers[0].prompt_tokens == reference.prompt_tokens
+    with pytest.raises(ValueError, match="weights must be"):
+        HFBackbone(str(bare), weights="dummy")  # type: ignore[arg-type]

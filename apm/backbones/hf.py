@@ -27,6 +27,9 @@ from apm.backbones.worker_thread import WorkerThreadBackbone
 from apm.records.declaration import Declaration
 
 FramesAs = Literal["video", "images"]
+Weights = Literal["pretrained", "random"]
+RANDOM_WEIGHTS_SEED = 0
+"""``weights: random`` initialises from this seed, so two runs of one config hold the same weights."""
 T = TypeVar("T")
 
 
@@ -84,13 +87,30 @@ class _FirstTokenClock:
         """Nothing to flush."""
 
 
+def _random_model(path: str, dtype: Any, device: str, trust_remote_code: bool) -> Any:
+    """The model ``path``'s config describes, its weights drawn from :data:`RANDOM_WEIGHTS_SEED` directly
+    on ``device`` in ``dtype`` (an 8B model never passes through host memory); nothing else is read."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText, GenerationConfig
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    torch.manual_seed(RANDOM_WEIGHTS_SEED)
+    with torch.device(device):
+        model = AutoModelForImageTextToText.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code)
+    text = config.get_text_config()
+    model.generation_config = GenerationConfig(eos_token_id=text.eos_token_id, pad_token_id=text.pad_token_id)
+    return model
+
+
 class HFBackbone(WorkerThreadBackbone):
     """A local transformers VLM, run on one worker thread so ``generate`` never blocks the loop.
 
     ``frames_as`` sends each run of frames as a video (default; with its true timing as
     ``video_metadata`` and ``do_sample_frames=False``: the frames are already the sampled ones) or as
-    separate images; ``processor_kwargs`` go to every processor call.
-    Greedy decoding when ``temperature`` is 0; ``json_output`` is not enforced here.
+    separate images; ``processor_kwargs`` go to every processor call. ``weights: random`` builds the
+    model from the folder's config alone, randomly initialised on ``device`` (a benchmark's stand-in for
+    weights too large to carry; docs/backbones.md). Greedy decoding when ``temperature`` is 0;
+    ``json_output`` is not enforced here.
     """
 
     declaration = Declaration("general")
@@ -106,7 +126,10 @@ class HFBackbone(WorkerThreadBackbone):
         device: str = "cpu",
         processor_kwargs: dict[str, Any] | None = None,
         trust_remote_code: bool = False,
+        weights: Weights = "pretrained",
     ) -> None:
+        if weights not in ("pretrained", "random"):
+            raise ValueError(f"weights must be 'pretrained' or 'random', got {weights!r}")
         self.name = name
         self.model_path = model
         self.frames_as = frames_as
@@ -115,6 +138,7 @@ class HFBackbone(WorkerThreadBackbone):
         self.device = device
         self.processor_kwargs = dict(processor_kwargs or {})
         self.trust_remote_code = trust_remote_code
+        self.weights = weights
         self._model: Any = None
         self._processor: Any = None
 
@@ -130,9 +154,12 @@ class HFBackbone(WorkerThreadBackbone):
             self.model_path, trust_remote_code=self.trust_remote_code
         )
         dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
-        self._model = AutoModelForImageTextToText.from_pretrained(
-            self.model_path, dtype=dtype, trust_remote_code=self.trust_remote_code
-        )
+        if self.weights == "random":
+            self._model = _random_model(self.model_path, dtype, self.device, self.trust_remote_code)
+        else:
+            self._model = AutoModelForImageTextToText.from_pretrained(
+                self.model_path, dtype=dtype, trust_remote_code=self.trust_remote_code
+            )
         self._model.to(self.device).eval()
 
     def _unload(self) -> None:

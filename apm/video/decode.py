@@ -85,12 +85,22 @@ def scaled_size(width: int, height: int, max_side: int) -> tuple[int, int]:
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
+def _rgb_image(rgb: VideoFrame) -> Image.Image:
+    """The PIL image of an rgb24 frame, unpacked straight from its plane (the pixels ``to_image()`` gives).
+
+    ``VideoFrame.to_image()`` also calls ``reformat`` again and copies the plane three times (rows,
+    ``bytes``, ``frombytes``); one copy here (docs/performance.md, "Frame cache").
+    """
+    plane = rgb.planes[0]
+    return Image.frombuffer("RGB", (plane.width, plane.height), bytes(plane), "raw", "RGB", plane.line_size, 1)
+
+
 def _to_jpeg(scaler: VideoReformatter, frame: VideoFrame, size: tuple[int, int], rotation: int, quality: int) -> bytes:
     """Scale + convert one kept frame to RGB, turn it upright and encode it (runs in the worker thread).
 
     One long-lived ``scaler`` per video: it keeps its swscale context, which is most of the cost.
     """
-    image = scaler.reformat(frame, width=size[0], height=size[1], format="rgb24", interpolation="AREA").to_image()
+    image = _rgb_image(scaler.reformat(frame, width=size[0], height=size[1], format="rgb24", interpolation="AREA"))
     if rotation % 360 in _ROTATE:
         image = image.transpose(_ROTATE[rotation % 360])
     buf = io.BytesIO()

@@ -2,9 +2,9 @@
 ``frames.layout=uniform`` vs ``session_stable``, beside SimpleStream, on one paper-shaped trajectory.
 
 Nothing is downloaded: the model is Qwen3-VL-8B's architecture (its dimensions written into the tiny
-Qwen3-VL's config, :data:`EIGHT_B`) with vLLM's dummy weights (``--load-format dummy``: random, never
+Qwen3-VL's config, ``qwen3vl_8b.EIGHT_B``) with vLLM's dummy weights (``--load-format dummy``: random, never
 read), the tokenizer :mod:`apm.testing.tiny_models` builds, and Qwen3-VL's processor pixel budgets
-(:data:`PIXELS`). The engine settings are the ``qwen3_vl_8b`` preset's. One server (dev mode) serves
+(``qwen3vl_8b.PIXELS``). The engine settings are the ``qwen3_vl_8b`` preset's. One server (dev mode) serves
 the three methods in turn, its prefix, processor and encoder caches reset before each; each method is
 ``apm-run`` over the same probes (``dataset.limit``: task by task in turn), one at a time, and its
 records are read back. ``--dry`` runs the same steps on a CPU: the tiny Qwen3-VL (tiny config, dummy
@@ -31,29 +31,17 @@ from typing import Any
 import httpx
 from omegaconf import OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 from bench_prefix_cache import SHAPE, machine, run_config, run_records, summarise  # noqa: E402
+from qwen3vl_8b import write_model  # noqa: E402
 
 from apm.backbones import instantiate_backbone  # noqa: E402
 from apm.backbones.vllm_server import VLLMServerBackbone  # noqa: E402
 from apm.configs import CONF_DIR  # noqa: E402
 from apm.data.release import load_release  # noqa: E402
 from apm.synth import SCALES, generate  # noqa: E402
-from apm.testing.tiny_models import CHAT_TEMPLATE, build_qwen3vl_config, build_qwen3vl_processor, build_tokenizer  # noqa: E402
 from apm.video.cache import build_release_cache  # noqa: E402
 
-EIGHT_B = {
-    "text_config": dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                        num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=262144,
-                        rope_parameters=dict(rope_type="default", rope_theta=5000000.0, mrope_section=[24, 20, 20],
-                                             mrope_interleaved=True)),
-    "vision_config": dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16, patch_size=16,
-                          out_hidden_size=4096, num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24]),
-}
-"""Qwen3-VL-8B-Instruct's dimensions (text 36 × 4096, GQA 32/8, vision 27 × 1152 with DeepStack)."""
-PIXELS = {"image": {"shortest_edge": 65536, "longest_edge": 16777216},
-          "video": {"shortest_edge": 4096, "longest_edge": 25165824}}
-"""Qwen3-VL's processor budgets: an image's pixels, a whole video's pixels (shared by all its frames)."""
 METHODS = {
     "raw video · uniform": ["memory=raw_video", "frames.layout=uniform"],
     "raw video · session_stable": ["memory=raw_video", "frames.layout=session_stable"],
@@ -79,34 +67,6 @@ class Profile:
 GPU = Profile("qwen3_vl_8b", SHAPE.name, 1024, 24, True, {}, ("--enforce-eager",))  # no compile: a short start
 DRY = Profile("tiny_qwen2vl_vllm", "tiny", 16, 6, False,
               {"max_model_len": 4096, "limit_mm_per_prompt": {"image": 16, "video": 1}})
-
-
-def write_model(out: Path, eight_b: bool) -> Path:
-    """A Qwen3-VL model folder without weights: the tiny config (scaled to 8B when asked), the tokenizer
-    and processor built here; vLLM's dummy loader fills the weights."""
-    tokenizer = build_tokenizer()
-    config = build_qwen3vl_config(tokenizer)
-    processor = build_qwen3vl_processor(tokenizer)
-    if eight_b:
-        config.text_config.update(EIGHT_B["text_config"])
-        config.vision_config.update(EIGHT_B["vision_config"])
-        processor = _processor(tokenizer)
-    config.architectures = ["Qwen3VLForConditionalGeneration"]  # what a saved model names (vLLM picks by it)
-    config.save_pretrained(out)
-    processor.save_pretrained(out)
-    return out
-
-
-def _processor(tokenizer):  # -> transformers.Qwen3VLProcessor
-    """Qwen3-VL's processor with its own pixel budgets (:data:`PIXELS`), no frame sampling of its own."""
-    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
-
-    return Qwen3VLProcessor(
-        image_processor=Qwen2VLImageProcessor(patch_size=16, merge_size=2, size=PIXELS["image"]),
-        video_processor=Qwen3VLVideoProcessor(size=PIXELS["video"], do_sample_frames=False),
-        tokenizer=tokenizer,
-        chat_template=CHAT_TEMPLATE,
-    )
 
 
 def start_server(profile: Profile, model: Path, log_dir: Path) -> VLLMServerBackbone:
