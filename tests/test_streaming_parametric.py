@@ -28,7 +28,7 @@ from apm.synth import generate
 
 pytestmark = pytest.mark.slow
 ARCHITECTURES = ["tiny_model", "tiny_qwen25vl", "tiny_qwen3vl"]
-"""The fixtures of the tiny models the system must run on (a Qwen2.5-VL builder joins them when it lands)."""
+"""The fixtures of the tiny models the system must run on: Qwen2-VL, Qwen2.5-VL and Qwen3-VL."""
 TASKS = "ER,ERA,EA"
 
 
