@@ -154,6 +154,10 @@ CASES: dict[str, Callable[[Made, Path], dict]] = {
     "apm-run: a task that is none": lambda m, t: {
         "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[EAR]",
                  *LIMIT), "says": "dataset.tasks: 'EAR' is no task (did you mean ER or EA or ERA?)"},
+    "apm-run: a trajectory that is none": lambda m, t: {
+        "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}",
+                 "dataset.trajectories=[syn0001]", *LIMIT),
+        "says": "dataset.trajectories: 'syn0001' is no trajectory of the release (did you mean syn001"},
     "apm-run: a selection of nothing": lambda m, t: {
         "args": ("apm.cli.run", f"dataset.root={m.release}", f"output_root={t / 'out'}", "dataset.tasks=[EA]",
                  "dataset.include_ea=false", *LIMIT),

@@ -56,7 +56,7 @@ class TextSummary(MemoryProtocol):
             request_id=f"{view.trajectory.trajectory_id}/{view.session.key}/memory",
         )
         response = await writer.generate(request)
-        memory, status = _memory_text(response.text) if response.ok else ("", "failed")
+        memory, status = memory_text(response.text) if response.ok else ("", "failed")
         write_atomically(_note_path(state_dir, view.session), memory.encode("utf-8"))
         return {"writer_parse_status": status, "writer_total_s": response.total_s, "error": response.error}
 
@@ -64,7 +64,7 @@ class TextSummary(MemoryProtocol):
         return History(notes=tuple(_load_notes(prior_sessions(instance, trajectory), state_dir)))
 
 
-def _memory_text(text: str) -> tuple[str, str]:
+def memory_text(text: str) -> tuple[str, str]:
     """The ``memory`` field of the writer's JSON reply, or the reply itself when it is not that JSON."""
     obj, repaired = json_object(text)
     if obj is not None and isinstance(obj.get("memory"), str):

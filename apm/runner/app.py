@@ -218,6 +218,15 @@ def check_tasks(tasks: list[str] | None) -> None:
             raise ConfigError(f"dataset.tasks: {task!r} is no task ({hint})")
 
 
+def check_trajectories(wanted: Iterable[str], known: list[str]) -> None:
+    """Refuse a ``dataset.trajectories`` entry that is no trajectory of the release, with the nearest ids."""
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        near = difflib.get_close_matches(str(unknown[0]), known, n=3)
+        hint = f"did you mean {' or '.join(near)}?" if near else f"its {len(known)} start {', '.join(known[:3])}"
+        raise ConfigError(f"dataset.trajectories: {unknown[0]!r} is no trajectory of the release ({hint})")
+
+
 SELECTION_KEYS = ("tasks", "include_ea", *sorted(SUBSET_KEYS))
 """``dataset`` keys that choose which of the release's instances a job runs, in the order lines name them."""
 
@@ -251,6 +260,7 @@ def shard_plan(cfg: DictConfig, release: Any) -> ShardPlan:
     ]
     instances = [i for i in everything if i.trajectory_id in chosen]
     wanted = set(cfg.dataset.trajectories) if cfg.dataset.trajectories is not None else chosen
+    check_trajectories(wanted, [t.trajectory_id for t in release.trajectories])
     if wanted - chosen:
         raise ConfigError(f"dataset.trajectories: {', '.join(sorted(wanted - chosen))} not in this shard "
                           f"(shard-{cfg.shard.index}-of-{cfg.shard.count} has {', '.join(sorted(chosen))})")
