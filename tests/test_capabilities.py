@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
 from apm.backbones.base import (
     Backbone,

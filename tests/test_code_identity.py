@@ -11,11 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from apm.records.jsonl import latest_records
 from apm.runner import code
-from apm.synth import generate
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = '''"""A plug-in backbone outside the apm package, as examples/ has them."""
@@ -28,11 +25,6 @@ class Mine(RandomBaseline):
 
     name = "mine"
 '''
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
 
 
 def _apm_run(tiny: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, release_instance_count, run
+from support.runner import compose_run, release_instance_count, run
 
 from apm.cli import reduce as apm_reduce
 from apm.cli import status as apm_status

@@ -4,7 +4,7 @@ latency mode measures one request at a time after one warm-up that is not record
 from __future__ import annotations
 
 import pytest
-from runner_helpers import compose_run, records, run, served
+from support.runner import compose_run, records, run, served
 
 from apm.runner.config import config_hash
 from apm.synth import generate

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run
+from support.runner import compose_run
 
 from apm.backbones import FramePart, Message, Request, TextPart
 from apm.backbones.guard import ContextGuard

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from runner_helpers import process_gone
+from support.runner import process_gone
 
 from apm.backbones import Message, Request
 from apm.backbones.vllm_server import VLLMServerBackbone
