@@ -58,9 +58,9 @@ def prepared(world, inst: Instance, max_frames: int, layout: FrameLayout = STABL
     return prepare(cache, traj, inst, history, max_frames, GenerationSettings(max_tokens=4), layout, frames_per_still)
 
 
-def server() -> VLLMServerBackbone:
-    """A vLLM server backbone (not launched) whose payloads the tests read."""
-    return VLLMServerBackbone(model="m", launch=False, base_url="http://h/v1", frame_mode="video")
+def server() -> OpenAIBackbone:
+    """The client of a vLLM server backbone (not launched), whose payloads the tests read."""
+    return VLLMServerBackbone(model="m", launch=False, base_url="http://h/v1", frame_mode="video").client
 
 
 def by_session(instances: list[Instance]) -> list[list[Instance]]:

@@ -143,7 +143,7 @@ def engines() -> dict[str, OpenAIBackbone]:
     return {
         "openai_api (video)": OpenAIBackbone(model="m", base_url="http://h/v1", frame_mode="video"),
         "openai_api (images)": OpenAIBackbone(model="m", base_url="http://h/v1", frame_mode="images"),
-        "vllm_server": VLLMServerBackbone(model="m", launch=False, base_url="http://h/v1", frame_mode="video"),
+        "vllm_server": VLLMServerBackbone(model="m", launch=False, base_url="http://h/v1", frame_mode="video").client,
     }
 
 
