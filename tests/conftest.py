@@ -1,5 +1,6 @@
-"""Suite-wide rules: test support modules importable by name, the paper's text from one place, and
-no silent skip in CI."""
+"""Suite-wide rules: the support package (tests/support) importable as ``support``, the tiny synthetic
+release (``tiny``, ``one``, ``cache``) and the paper's text from one place, spies' logs empty around
+every test, and no silent skip in CI."""
 
 import sys
 from collections.abc import Iterator
@@ -9,14 +10,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from adversaries import Omniscient  # noqa: E402  (test support, importable once the path is set)
-from runner_helpers import ShownFrames  # noqa: E402
-from slow_backbones import Overlapping  # noqa: E402
-from streaming_spies import ChunkSpy, ClockWriter, HoardingSpy, PixelSpy  # noqa: E402
+from support.runner import first_trajectory  # noqa: E402  (the support package, importable once the path is set)
+from support.spies import SPY_LOGS  # noqa: E402
 
-pytest_plugins = ["vllm_fixtures", "tiny_vlm", "ci_skips", "pytester"]
+from apm.synth import generate  # noqa: E402
+
+pytest_plugins = ["support.tiny_vlm", "support.vllm_fixtures", "support.ci_skips", "pytester"]
 """Shared fixtures (``vllm_python``, ``loop``; ``tiny_model``, ``tiny_qwen25vl``, ``tiny_qwen3vl``) available to
-every test module without importing them; no silent skip in CI (:mod:`ci_skips`); ``pytester`` for testing that."""
+every test module without importing them; no silent skip in CI (:mod:`support.ci_skips`); ``pytester`` for
+testing that."""
 
 SPEC_EXCERPT = Path(__file__).parent / "spec" / "apm-bench-excerpt.md"
 """The paper's Table 4, Appendix A.3 and Appendix E, verbatim (checked against the full text by
@@ -30,9 +32,23 @@ def paper_excerpt() -> str:
     return SPEC_EXCERPT.read_text(encoding="utf-8")
 
 
-SPY_LOGS = (ShownFrames.seen, PixelSpy.ANSWERED, PixelSpy.FED, Omniscient.READ, Omniscient.OBSERVED,
-            HoardingSpy.HOARD, Overlapping.PEAK, ChunkSpy.ALIGNED, ClockWriter.ASKED)
-"""What the spies Hydra builds by ``_target_`` record (on their class, as no test holds the instance)."""
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The synthetic release (seed 1, tiny scale), made once per module; a module that wants another
+    seed defines its own ``tiny``."""
+    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
+
+
+@pytest.fixture(scope="module")
+def one(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny``'s first trajectory alone (its sessions, candidates and videos), for slower runs."""
+    return first_trajectory(tiny, tmp_path_factory.mktemp("one") / "rel")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's frame cache folder, shared by its runs."""
+    return tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture(autouse=True)

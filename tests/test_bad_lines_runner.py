@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
 from apm.cli.judge import main as judge_main
 from apm.scale import scheduler, status

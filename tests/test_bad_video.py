@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from videogen import cfr, code_image, make_video, read_code
+from support.video import cfr, code_image, make_video, read_code
 
 from apm.data.frames import Frame
 from apm.video.cache import FrameCache

@@ -7,7 +7,7 @@ import json
 import random
 
 import pytest
-from release_builder import base_release, write_release
+from support.release import base_release, write_release
 
 from apm.backbones import Request, Response
 from apm.backbones.base import ask as send

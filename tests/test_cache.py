@@ -16,7 +16,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from videogen import cfr, make_video, read_code
+from support.video import cfr, make_video, read_code
 
 from apm.data.frames import Frame
 from apm.data.model import Release, Session, Trajectory

@@ -11,21 +11,10 @@ import json
 import re
 from pathlib import Path
 
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
-from apm.backbones.base import (
-    Backbone,
-    BackboneLike,
-    Bare,
-    FramePart,
-    GenerationSettings,
-    Message,
-    Request,
-    Response,
-    TextPart,
-    Truncation,
-    as_backbone,
-)
+from apm import backbones as contract
+from apm.backbones import Backbone, BackboneLike, Bare, Message, Request, Response, TextPart, as_backbone
 from apm.judge.rubric import CRITERIA
 from apm.judge.stage import JudgeStage
 from apm.records.declaration import Declaration
@@ -157,10 +146,12 @@ def contract_section() -> str:
 
 
 def test_docs_list_the_whole_contract() -> None:
-    """Every field of the request/response types and every member of :class:`Backbone` is named in
-    docs/backbones.md's contract section (FramePart.still, Response.cached_tokens and error_kind among them)."""
+    """Every field of the data types the contract exports (``apm.backbones.__all__``) and every member of
+    :class:`Backbone` is named in docs/backbones.md's contract section (FramePart.still,
+    Response.cached_tokens and error_kind among them)."""
     spans = re.findall(r"`([^`]+)`", contract_section().replace("```", ""))  # code spans, not fences
     named = {word for code in spans for word in re.findall(r"\w+", code)}
-    types = (Request, Message, TextPart, FramePart, GenerationSettings, Response, Truncation)
+    types = [t for t in map(vars(contract).get, contract.__all__) if dataclasses.is_dataclass(t)]
+    assert {Request, Response, Message} <= set(types)
     wanted = {f.name for t in types for f in dataclasses.fields(t)} | contract_members()
     assert wanted - named == set()

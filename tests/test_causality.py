@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
 from apm.backbones.base import GenerationSettings, TextPart
 from apm.data import clock
@@ -21,23 +21,18 @@ from apm.memory.base import History, Note
 from apm.runner.causality import REFUSED, violations
 from apm.runner.context import prepare
 from apm.runner.stops import RunStopped
-from apm.synth import generate
 from apm.video.cache import FrameCache
 from apm.video.select import Span
 
 TESTS = Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
-
-
 def _adversary_run(tiny: Path, out: Path, target: str, tasks: str = "[ER,OCR,RCR]",
                    extra: tuple[str, ...] = ()) -> tuple[list[dict], RunStopped | None]:
-    """Run the adversary ``target`` (tests/adversaries.py) with the random baseline; its records and how it stopped."""
+    """Run the adversary ``target`` (tests/support/adversaries.py) with the random baseline; its records and
+    how it stopped."""
     cfg = compose_run(tiny, out / "runs", out / "cache",
-                      ["memory=none", f"memory._target_=adversaries.{target}", "~memory.recent_frames",
+                      ["memory=none", f"memory._target_=support.adversaries.{target}", "~memory.recent_frames",
                        "backbone=random", f"dataset.tasks={tasks}", *extra])
     stopped = None
     try:
@@ -93,7 +88,7 @@ def test_a_rerun_refuses_again_and_apm_run_exits_non_zero_in_one_line(tiny, tmp_
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     args = [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={tmp_path / 'runs'}",
             f"frames.cache_dir={tmp_path / 'cache'}", "logging.wandb.mode=disabled", "logging.progress=false",
-            "memory=none", "memory._target_=adversaries.FutureTurn", "~memory.recent_frames", "backbone=random",
+            "memory=none", "memory._target_=support.adversaries.FutureTurn", "~memory.recent_frames", "backbone=random",
             "dataset.tasks=[ER]"]
     for _ in range(2):  # the second run redoes the refused records: they are never taken as done
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)

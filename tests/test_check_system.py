@@ -1,36 +1,22 @@
 """``apm-check-system`` end to end: it passes on the reference systems, a plug-in from outside the
 package and a memory protocol (whose stream checks are skipped, never passed), and fails with one clear
-line on a system broken on purpose for each check (tests/streaming_spies.py)."""
+line on a system broken on purpose for each check (tests/support/spies.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from runner_helpers import first_trajectory
 
 import apm.runner.online as replay
 from apm.check import checks
 from apm.check.system import CHECKS
 from apm.cli.check_system import NAMES, main
 from apm.runner.online import session_frames
-from apm.synth import generate
 
 TESTS = Path(__file__).resolve().parent
 EXAMPLES = TESTS.parent / "examples"
 SPIES = f"hydra.searchpath=[file://{TESTS / 'conf'}]"
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    """One tiny release for the module: every command here checks over it (``--release``)."""
-    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
-
-
-@pytest.fixture(scope="module")
-def one(tiny, tmp_path_factory) -> Path:
-    """Its first trajectory alone (4 sessions, EA's restriction included), for the references' slower runs."""
-    return first_trajectory(tiny, tmp_path_factory.mktemp("one") / "rel")
 
 
 def check(capsys, release: Path, work: Path, *args: str) -> tuple[int, dict[str, str]]:
@@ -43,9 +29,9 @@ def check(capsys, release: Path, work: Path, *args: str) -> tuple[int, dict[str,
 
 
 PASSING = [
-    pytest.param("event_memory", ["+backbone@writer=random", "writer._target_=streaming_spies.SceneWriter"],
+    pytest.param("event_memory", ["+backbone@writer=random", "writer._target_=support.spies.SceneWriter"],
                  id="event_memory"),  # a writer that describes what it sees (random writes no memory)
-    pytest.param("thought_memory", ["+backbone@writer=random", "writer._target_=streaming_spies.SceneWriter"],
+    pytest.param("thought_memory", ["+backbone@writer=random", "writer._target_=support.spies.SceneWriter"],
                  id="thought_memory"),
     pytest.param("keyframe_stream", [f"hydra.searchpath=[file://{EXAMPLES / 'conf'}]", "--backbone", "my_backbone"],
                  id="examples-keyframe_stream"),
@@ -104,12 +90,12 @@ BROKEN = [
     ("resume", "DiceSpy", "after losing records, the record differs from the uninterrupted run's"),
     ("sigkill-determinism", "DiceSpy", "after a SIGKILL mid-session, the record differs"),
 ]
-"""Each check, the system of tests/streaming_spies.py broken for it, and what its FAIL line says."""
+"""Each check, the system of tests/support/spies.py broken for it, and what its FAIL line says."""
 
 
 @pytest.mark.parametrize(("only", "spy", "says"), BROKEN, ids=[b[0] for b in BROKEN])
 def test_a_system_broken_for_a_check_fails_it_with_one_clear_line(only, spy, says, tiny, tmp_path, capsys):
-    status, lines = check(capsys, tiny, tmp_path, f"streaming_spies.{spy}", "--only", only)
+    status, lines = check(capsys, tiny, tmp_path, f"support.spies.{spy}", "--only", only)
     (line,) = lines.values()
     assert line.startswith(f"FAIL {NAMES[only]}: ") and says in line, line
     assert status == 1
@@ -129,7 +115,7 @@ def test_a_feed_that_repeats_a_frame_fails_the_order_check(tiny, tmp_path, capsy
         return tuple(frames)
 
     monkeypatch.setattr(replay, "session_frames", repeated)
-    status, lines = check(capsys, tiny, tmp_path, "streaming_spies.PixelSpy", "--only", "order")
+    status, lines = check(capsys, tiny, tmp_path, "support.spies.PixelSpy", "--only", "order")
     assert lines["order"].startswith("FAIL order: ") and "frame 4 of a replay showed second" in lines["order"]
     assert status == 1
 
@@ -138,7 +124,7 @@ def test_a_feed_that_repeats_a_frame_fails_the_order_check(tiny, tmp_path, capsy
     (["nonesuch"], "memory=nonesuch: no such option (did you mean none?)"),
     (["missing.yaml"], "missing.yaml: no such YAML file"),
     (["no_module.System"], "memory._target_='no_module.System' cannot be imported"),
-    (["streaming_spies.PixelSpy", "memory.delay=1"], "memory.delay: streaming_spies.PixelSpy takes no such argument "
+    (["support.spies.PixelSpy", "memory.delay=1"], "memory.delay: support.spies.PixelSpy takes no such argument "
                                                      "(did you mean delay_s?)"),
 ])
 def test_a_config_that_cannot_work_is_one_line_and_writes_nothing(args, says, tiny, tmp_path, capsys):
@@ -151,7 +137,7 @@ def test_a_config_that_cannot_work_is_one_line_and_writes_nothing(args, says, ti
 
 def test_an_unknown_check_is_one_line(tiny, tmp_path, capsys):
     with pytest.raises(SystemExit) as stopped:
-        main(["streaming_spies.PixelSpy", "--only", "speed", "--release", str(tiny), "--work", str(tmp_path / "w")])
+        main(["support.spies.PixelSpy", "--only", "speed", "--release", str(tiny), "--work", str(tmp_path / "w")])
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and err.startswith("apm-check-system: error: argument --only: no check speed")
     assert not (tmp_path / "w").exists()

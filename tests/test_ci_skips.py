@@ -18,7 +18,7 @@ KINDS = {
 
 def _outcomes(pytester: pytest.Pytester, kind: str) -> dict[str, int]:
     pytester.makepyfile(**{f"test_{kind}": KINDS[kind]})
-    return pytester.runpytest_inprocess("-p", "ci_skips").parseoutcomes()
+    return pytester.runpytest_inprocess("-p", "support.ci_skips").parseoutcomes()
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -33,7 +33,7 @@ def test_synth_refuses_a_non_empty_out(tmp_path, capsys):
 
 
 def test_overlay_command(tmp_path, capsys):
-    from release_builder import write_video
+    from support.release import write_video
 
     src, dst = tmp_path / "in.mp4", tmp_path / "out.mp4"
     write_video(src, 3, size=(64, 48))

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, run
+from support.runner import compose_run, run
 
 from apm.cli.judge import main as judge_main
 from apm.cli.publish import main as publish_main

@@ -10,20 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from runner_helpers import finished, records, release_sessions
+from support.runner import finished, records, release_sessions
 
 from apm.check.runs import kill_at
 from apm.records.jsonl import JsonlAppender, done_keys, read_jsonl
-from apm.synth import generate
 from apm.testing import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
 
 
 def apm_run(tiny: Path, out: Path, cache: Path, *extra: str) -> subprocess.Popen:
@@ -32,7 +25,7 @@ def apm_run(tiny: Path, out: Path, cache: Path, *extra: str) -> subprocess.Popen
         [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={out}",
          f"frames.cache_dir={cache}", "logging.wandb.mode=disabled", "logging.progress=false",
          "memory=text_summary", "backbone=random", "concurrency=2",
-         "backbone._target_=slow_backbones.SlowRandom", *extra],
+         "backbone._target_=support.backbones.SlowRandom", *extra],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
 
@@ -85,13 +78,13 @@ def test_errors_are_retried_only_when_asked(tmp_path):
 
 
 def test_a_failed_memory_update_is_redone_with_everything_after_it(tiny, tmp_path, monkeypatch):
-    from runner_helpers import compose_run, memory_records, run
+    from support.runner import compose_run, memory_records, run
 
     down = tmp_path / "down"
     down.touch()
     monkeypatch.setenv("APM_TEST_WRITER_DOWN", str(down))
     overrides = ["memory=text_summary", "backbone=random", "+backbone@writer=random",
-                 "writer._target_=slow_backbones.FlakyWriter", "dataset.tasks=[ER,PRM]"]
+                 "writer._target_=support.backbones.FlakyWriter", "dataset.tasks=[ER,PRM]"]
     cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", overrides)
     run_dir = run(cfg)
     first = memory_records(run_dir)

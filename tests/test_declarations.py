@@ -14,7 +14,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
 from apm.backbones.baselines import Baseline, RandomBaseline
 from apm.cli.reduce import main as reduce_main

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adversaries import Omniscient
-from runner_helpers import compose_run, records, run
+from support.adversaries import Omniscient
+from support.runner import compose_run, records, run
 
 from apm.data.instances import SHOWN_FIELDS, instance_view, release_instances
 from apm.data.model import Release
@@ -19,8 +19,8 @@ from apm.data.release import load_release
 from apm.synth import generate
 
 SEEDS = (1, 2, 3)
-OMNISCIENT = ["memory=none", "memory._target_=adversaries.Omniscient", "~memory.recent_frames", "backbone=random",
-              "dataset.tasks=[EA,RCR]"]
+OMNISCIENT = ["memory=none", "memory._target_=support.adversaries.Omniscient", "~memory.recent_frames",
+              "backbone=random", "dataset.tasks=[EA,RCR]"]
 
 
 Runs = list[tuple[Release, list[dict[str, Any]], Any]]

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from runner_helpers import compose_run, records, release_instance_count, run, served
+from support.runner import compose_run, records, release_instance_count, run, served
 
 from apm.backbones import Response
 from apm.backbones.fail_fast import FailFast, RunStopped

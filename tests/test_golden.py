@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from runner_helpers import run_as_app
+from support.runner import run_as_app
 
 from apm.cli.judge import main as judge_main
 from apm.cli.reduce import main as reduce_main

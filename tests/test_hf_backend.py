@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from tiny_vlm import CONF, frames_request, make_frames
+from support.tiny_vlm import CONF, frames_request, make_frames
 
 from apm.backbones import instantiate_backbone
 from apm.backbones.hf import HFBackbone

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
 from apm.cli.reduce import main as reduce_main
 from apm.data.tasks import ADAPTIVE, EA
@@ -22,7 +22,7 @@ from apm.testing import fixtures
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PROTOCOLS = {"none": [], "raw_video": [], "text_summary": ["memory.max_tokens=160", "+backbone@writer=perceiver"]}
 """The demo's three protocols (its text summary written by the perceiver, 160 tokens a session)."""
-VARIANT = "backbone._target_=perceiver_variants.CurrentFramesOnly"
+VARIANT = "backbone._target_=support.backbones.CurrentFramesOnly"
 
 
 def _decision_ba(run_dir: Path) -> dict[str, float]:

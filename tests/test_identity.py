@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from hydra import compose, initialize_config_dir
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
 from apm.cli.judge import judge_backbone
 from apm.configs import CONF_DIR

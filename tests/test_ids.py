@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from release_builder import mutated, write_release
+from support.release import mutated, write_release
 
 from apm.cli.data import main as apm_data
 from apm.data.ids import PLAIN, fold, id_path, id_problem, session_path

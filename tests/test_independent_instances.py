@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from runner_helpers import ShownFrames, compose_run, run
+from support.runner import compose_run, run
+from support.spies import ShownFrames
 
 from apm.backbones.base import TextPart
 from apm.data.instances import candidate_instances
@@ -26,7 +27,7 @@ def shown(request, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
     run(compose_run(root, out, out / "cache", ["memory=raw_video", "backbone=oracle", "backbone.max_frames=16",
                                               f"frames.layout={request.param}",
-                                              "backbone._target_=runner_helpers.ShownFrames"]))
+                                              "backbone._target_=support.spies.ShownFrames"]))
     release = load_release(root)
     said: dict[str, set[str]] = {}
     for c in release.candidates:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from runner_helpers import GOOD_JUDGEMENT, compose_run, records, run
+from support.runner import GOOD_JUDGEMENT, compose_run, records, run
 
 from apm.cli.judge import judge_backbone
 from apm.judge.rubric import RUBRIC_VERSION, check_reply, guidance, rubric

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runner_helpers import compose_run, run
-from vllm_fixtures import required_env_path
+from support.runner import compose_run, run
+from support.vllm_fixtures import required_env_path
 
 from apm.backbones.base import Request, Response
 from apm.backbones.vllm_server import VLLMServerBackbone

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from runner_helpers import GOOD_JUDGEMENT, compose_run, records, run, served
+from support.runner import GOOD_JUDGEMENT, compose_run, records, run, served
 
 from apm.cli.judge import judge_backbone
 from apm.cli.judge import main as judge_main

@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import jsonschema
 import numpy as np
 import pytest
-from runner_helpers import compose_run, first_trajectory, memory_records, records, run
-from tiny_vlm import make_frames
+from support.runner import compose_run, memory_records, records, run
+from support.tiny_vlm import make_frames
 
 from apm.backbones.hf import HFBackbone
 from apm.data.frames import Frame
@@ -28,7 +28,6 @@ from apm.errors import one_line
 from apm.streaming.base import SessionContext
 from apm.streaming.internals import UnsupportedArchitecture, segment_features, segment_inputs
 from apm.streaming.kv_cache import Chunk, KVCacheMemory, encode_chunk, generate_from
-from apm.synth import generate
 from apm.video.cache import FrameCache
 
 PAD = r"(?:<\|video_pad\|>)+"
@@ -41,17 +40,6 @@ ARCHITECTURES = {
                 rf"(?:<\d+\.\d seconds><\|vision_start\|>{PAD}<\|vision_end\|>)+"),
 }
 TIMESTAMP = re.compile(r"<(\d+\.\d) seconds>")
-
-
-@pytest.fixture(scope="module")
-def one(tmp_path_factory) -> Path:
-    tiny = generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
-    return first_trajectory(tiny, tmp_path_factory.mktemp("one") / "rel")
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
 
 
 def _kv_run(one: Path, out: Path, cache: Path, preset: str, model: Path, tasks: str) -> Path:

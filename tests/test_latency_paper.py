@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from runner_helpers import compose_run, records, release_instance_count, run, served
+from support.runner import compose_run, records, release_instance_count, run, served
 
 from apm.cli.reduce import main as reduce_main
 from apm.reduce import load_runs, score_table

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
 from apm.synth import generate
 
 WANDB = Path(sys.executable).parent / "wandb"
-SLOW = ["backbone=random", "backbone._target_=slow_backbones.SlowRandom", "memory=none", "concurrency=1",
+SLOW = ["backbone=random", "backbone._target_=support.backbones.SlowRandom", "memory=none", "concurrency=1",
         "logging.wandb.mode=offline"]
 """A job of a few seconds: 30 ms an answer, one at a time."""
 

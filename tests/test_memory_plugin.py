@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from runner_helpers import console, first_trajectory, memory_records
+from support.runner import console, first_trajectory, memory_records
 
 from apm.memory.base import state_bytes
 from apm.reduce.scores import read_scores

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, run
+from support.runner import compose_run, run
 
 from apm.cli.reduce import main as reduce_main
 from apm.reduce.load import load_records

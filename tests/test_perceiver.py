@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
 from apm.backbones.base import FramePart, Message, Request, Response
 from apm.backbones.perceiver import GUESS, PixelPerceiver, Seen, note_lines, read_note, within_budget

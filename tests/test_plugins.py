@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner_helpers import ShownFrames, compose_run, memory_records, records, run
+from support.runner import compose_run, memory_records, records, run
+from support.spies import ShownFrames
 
 from apm.memory.base import state_bytes
 from apm.synth import generate
@@ -29,7 +30,7 @@ def test_outside_plugins_run_with_storage_and_causality(tmp_path, monkeypatch):
 
     run(compose_run(tiny, tmp_path / "runs2", tmp_path / "cache",
                     [search, "memory=keyframes", "backbone=oracle", "backbone.max_frames=1024",
-                     "backbone._target_=runner_helpers.ShownFrames", "dataset.tasks=[ER]"]))
+                     "backbone._target_=support.spies.ShownFrames", "dataset.tasks=[ER]"]))
     for request in ShownFrames.seen.values():
         if request.instance is None:
             continue

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from runner_helpers import ShownFrames, compose_run, pixel_second, records, run, served
-from tiny_vlm import CONF
-from vllm_fixtures import run_offline
+from support.runner import compose_run, pixel_second, records, run, served
+from support.spies import ShownFrames
+from support.tiny_vlm import CONF
+from support.vllm_fixtures import run_offline
 
 from apm.backbones import instantiate_backbone
 from apm.backbones.base import FramePart, GenerationSettings, Message, Request, Stills, TextPart, frame_uuid
@@ -57,9 +58,9 @@ def prepared(world, inst: Instance, max_frames: int, layout: FrameLayout = STABL
     return prepare(cache, traj, inst, history, max_frames, GenerationSettings(max_tokens=4), layout, frames_per_still)
 
 
-def server() -> VLLMServerBackbone:
-    """A vLLM server backbone (not launched) whose payloads the tests read."""
-    return VLLMServerBackbone(model="m", launch=False, base_url="http://h/v1", frame_mode="video")
+def server() -> OpenAIBackbone:
+    """The client of a vLLM server backbone (not launched), whose payloads the tests read."""
+    return VLLMServerBackbone(model="m", launch=False, base_url="http://h/v1", frame_mode="video").client
 
 
 def by_session(instances: list[Instance]) -> list[list[Instance]]:
@@ -244,7 +245,7 @@ def shown(world, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
     run_dir = run(compose_run(root, out, out / "cache", [
         "memory=raw_video", "backbone=oracle", "backbone.max_frames=16", "frames.layout=session_stable",
-        "backbone._target_=runner_helpers.ShownFrames"]))
+        "backbone._target_=support.spies.ShownFrames"]))
     assert all(len(r["frames"]) <= 16 for r in records(run_dir))
     return dict(ShownFrames.seen)
 

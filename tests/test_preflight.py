@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run
+from support.runner import compose_run
 
 from apm.backbones import FramePart, Message, Request, TextPart
 from apm.backbones.guard import ContextGuard
@@ -140,10 +140,10 @@ def test_largest_request_over_the_context_names_max_model_len_and_the_length_nee
 
 def test_a_launched_vllm_server_names_its_own_options():
     b = VLLMServerBackbone(model="Qwen/Qwen3-VL-8B-Instruct", served_model_name="qwen3-vl-8b-instruct")
-    assert b.engine_setting("max_model_len", "backbone") == "backbone.max_model_len"
-    assert b.model_setting == "served_model_name"
+    assert b.client.setting_names.engine("max_model_len", "backbone") == "backbone.max_model_len"
+    assert b.client.setting_names.model == "served_model_name"
     running = VLLMServerBackbone(model="m", launch=False, base_url="http://127.0.0.1:9/v1")
-    assert running.engine_setting("max_model_len", "backbone") == "the server's --max-model-len"
+    assert running.client.setting_names.engine("max_model_len", "backbone") == "the server's --max-model-len"
 
 
 def test_largest_request_is_the_one_with_the_most_frames(tiny, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from tiny_vlm import CONF, frames_request, make_frames
+from support.tiny_vlm import CONF, frames_request, make_frames
 
 from apm.backbones import instantiate_backbone
 from apm.backbones.openai_api import EndpointError
@@ -38,7 +38,7 @@ def test_a_fitting_request_passes_and_reports_cached_tokens(server: VLLMServerBa
 
 
 def test_a_wrong_served_name_names_served_model_name(server: VLLMServerBackbone, loop) -> None:  # noqa: F811
-    wrong = copy.copy(server)  # sharing the client, sending another name
+    wrong = copy.copy(server.client)  # the server's client, sharing its connections, sending another name
     wrong.model = "no-such-model"
     with pytest.raises(EndpointError) as e:
         loop.run(wrong.preflight())

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
 from apm.records.prompts import (
     NOT_KEPT,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from release_builder import base_release, write_release
+from support.release import base_release, write_release
 
 from apm.data import clock
 from apm.data.instances import Turn, release_instances

@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from runner_helpers import records, release_instance_count
+from support.runner import records, release_instance_count
 
 from apm.cli.judge import main as judge_main
 from apm.cli.publish import main as publish_main
@@ -464,7 +464,7 @@ def _lines(root: Path) -> int:
 @pytest.mark.slow
 def test_a_killed_and_resumed_shard_loses_no_row(release, tmp_path, wandb_env):
     out, cache = tmp_path / "runs", tmp_path / "cache"
-    slow = ("memory=none", "backbone=random", "backbone._target_=slow_backbones.SlowRandom", "concurrency=2",
+    slow = ("memory=none", "backbone=random", "backbone._target_=support.backbones.SlowRandom", "concurrency=2",
             "logging.wandb.mode=offline", "logging.wandb.table_chunk_rows=10")
     killed = apm_run(release, out, cache, *slow)
     deadline = time.time() + 120

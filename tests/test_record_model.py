@@ -10,7 +10,7 @@ from typing import get_args
 
 import jsonschema
 import pytest
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
 from apm.data.tasks import EA, TASKS
 from apm.records.model import (

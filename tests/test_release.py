@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from release_builder import base_release, mutated, write_release, write_video
+from support.release import base_release, mutated, write_release, write_video
 
 from apm.cli.data import main as apm_data
 from apm.data import clock

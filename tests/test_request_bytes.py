@@ -53,7 +53,7 @@ def requests() -> dict[str, Request]:
 
 
 def engines() -> dict[str, OpenAIBackbone]:
-    """Every served-engine class under the options that change what it sends."""
+    """Every served-engine class under the options that change what it sends (a vLLM server's: its client)."""
     url = "http://127.0.0.1:9/v1"
     return {
         "openai_images": OpenAIBackbone(model="m", base_url=url),
@@ -62,8 +62,8 @@ def engines() -> dict[str, OpenAIBackbone]:
         "openai_no_json_extra": OpenAIBackbone(model="m", base_url=url, json_response_format=False,
                                                extra_body={"top_k": 5, "chat_template_kwargs": {"think": False}}),
         "vllm_served_name": VLLMServerBackbone(model="/models/q", served_model_name="q", launch=False, base_url=url,
-                                               frame_mode="video", data_parallel_size=2),
-        "vllm_images": VLLMServerBackbone(model="/models/q", launch=True, json_schema_format=True),
+                                               frame_mode="video", data_parallel_size=2).client,
+        "vllm_images": VLLMServerBackbone(model="/models/q", launch=True, json_schema_format=True).client,
     }
 
 

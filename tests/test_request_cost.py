@@ -11,7 +11,7 @@ import random
 import time
 
 import pytest
-from runner_helpers import compose_run, records, run, served
+from support.runner import compose_run, records, run, served
 
 from apm.backbones import chat_body
 from apm.backbones.base import FramePart, Message, Request, TextPart

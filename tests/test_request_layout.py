@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from runner_helpers import ShownFrames, compose_run, records, run, take
-from tiny_vlm import CONF
+from support.runner import compose_run, records, run
+from support.spies import ShownFrames, take
+from support.tiny_vlm import CONF
 
 from apm.backbones.base import FramePart, Message, Request, TextPart
 from apm.backbones.hf import HFBackbone, to_chat_inputs
@@ -46,7 +47,7 @@ def run_of(root, tmp_path_factory):
     def shown(memory: str) -> tuple[dict[str, Request], dict[str, dict]]:
         run_dir = run(compose_run(root, out / memory, out / "cache", [
             f"memory={memory}", "backbone=oracle", "backbone.max_frames=24",
-            "backbone._target_=runner_helpers.ShownFrames"]))
+            "backbone._target_=support.spies.ShownFrames"]))
         return take(ShownFrames.seen), {r["key"]: r for r in records(run_dir)}
 
     return shown
@@ -142,7 +143,7 @@ def engines() -> dict[str, OpenAIBackbone]:
     return {
         "openai_api (video)": OpenAIBackbone(model="m", base_url="http://h/v1", frame_mode="video"),
         "openai_api (images)": OpenAIBackbone(model="m", base_url="http://h/v1", frame_mode="images"),
-        "vllm_server": VLLMServerBackbone(model="m", launch=False, base_url="http://h/v1", frame_mode="video"),
+        "vllm_server": VLLMServerBackbone(model="m", launch=False, base_url="http://h/v1", frame_mode="video").client,
     }
 
 
@@ -240,7 +241,7 @@ def test_a_request_fits_the_presets_video_limit_however_long_the_trajectory(tmp_
     for memory in ("raw_video", "text_summary"):
         run(compose_run(long, tmp_path / memory, tmp_path / "cache", [
             f"memory={memory}", "backbone=oracle", "backbone.max_frames=64",
-            "backbone._target_=runner_helpers.ShownFrames"]))
+            "backbone._target_=support.spies.ShownFrames"]))
         shown = take(ShownFrames.seen)
         assert len(shown) > 20
         for key, request in shown.items():

@@ -10,13 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, memory_records, records, run
+from support.runner import compose_run, memory_records, records, run
 
 from apm.backbones.base import Response
 from apm.backbones.baselines import RandomBaseline
 from apm.records.jsonl import latest_by
 from apm.runner.app import run_dir_of
-from apm.synth import generate
 
 OVERRIDES = ["memory=text_summary", "backbone=random", "+backbone@writer=random",
              "writer._target_=test_resume_state.SessionWriter", "dataset.tasks=[ER,PRM]"]
@@ -33,11 +32,6 @@ class SessionWriter(RandomBaseline):
             return Response(error="HTTP 503: writer unavailable")
         memory = json.dumps({"memory": f"{request.request_id}: the mug went to the shelf"})
         return Response(text=memory, ttft_s=0.0, total_s=0.0)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, records, run
+from support.runner import compose_run, records, run
 
 from apm.synth import generate
 

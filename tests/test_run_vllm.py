@@ -7,8 +7,8 @@ import json
 import socket
 from urllib.parse import urlparse
 
-from runner_helpers import compose_run, records, run
-from tiny_vlm import build_tiny_qwen2vl_once
+from support.runner import compose_run, records, run
+from support.tiny_vlm import build_tiny_qwen2vl_once
 
 from apm.synth import generate
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runner_helpers import ShownFrames, compose_run, memory_records, records, release_sessions, run
+from support.runner import compose_run, memory_records, records, release_sessions, run
+from support.spies import ShownFrames
 
 from apm.data import clock
 from apm.data.tasks import ADAPTIVE
@@ -30,11 +31,6 @@ PROTOCOLS = ["none", "raw_video", "restricted", "text_summary", "oracle", "retri
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=0, scale="tiny")
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
 
 
 @pytest.mark.parametrize("memory", PROTOCOLS)
@@ -64,7 +60,7 @@ def test_always_silent_passes_exactly_the_negative_gates(tiny, cache, tmp_path, 
 def test_no_frame_shows_a_moment_after_the_probe(tiny, cache, tmp_path, memory):
     """Causality on pixels: read the wall-clock code of every frame of every request."""
     cfg = compose_run(tiny, tmp_path, cache, [f"memory={memory}", "backbone=oracle", "backbone.max_frames=64",
-                                              "backbone._target_=runner_helpers.ShownFrames"])
+                                              "backbone._target_=support.spies.ShownFrames"])
     recs = {r["key"]: r for r in records(run(cfg))}
     writer_requests = {k: v for k, v in ShownFrames.seen.items() if v.instance is None}
     for key, request in writer_requests.items():  # the summary writer sees only its completed session
@@ -90,7 +86,7 @@ def test_no_frame_shows_a_moment_after_the_probe(tiny, cache, tmp_path, memory):
 
 def test_raw_video_shows_all_prior_sessions_and_ea_only_two(tiny, cache, tmp_path):
     cfg = compose_run(tiny, tmp_path, cache, ["memory=raw_video", "backbone=oracle", "backbone.max_frames=1024",
-                                              "backbone._target_=runner_helpers.ShownFrames"])
+                                              "backbone._target_=support.spies.ShownFrames"])
     run(cfg)
     for key, request in ShownFrames.seen.items():
         if request.instance is None:
@@ -152,7 +148,7 @@ def test_records_validate_against_the_documented_schema(tiny, cache, tmp_path):
 
 def test_text_summaries_are_kib_and_raw_video_mib_scale(tiny, cache, tmp_path, monkeypatch):
     """A real (tiny, random-weight) VLM writes the summaries; storage is what lies on disk."""
-    from tiny_vlm import build_tiny_qwen2vl_once
+    from support.tiny_vlm import build_tiny_qwen2vl_once
 
     monkeypatch.setenv("APM_TINY_MODEL", str(build_tiny_qwen2vl_once(tmp_path / "model")))
     text_dir = run(
@@ -200,7 +196,7 @@ def test_earlier_session_registrations_come_only_from_memory(tiny, cache, tmp_pa
                 f"memory={memory}",
                 "backbone=oracle",
                 "backbone.max_frames=64",
-                "backbone._target_=runner_helpers.ShownFrames",
+                "backbone._target_=support.spies.ShownFrames",
                 "dataset.tasks=[PRM,RCR]",
             ],
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from runner_helpers import pixel_second
+from support.runner import pixel_second
 
 from apm.data.instances import Instance, release_instances
 from apm.data.model import Release

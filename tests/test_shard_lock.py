@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, records, run
-from slow_backbones import FlakyWriter
+from support.backbones import FlakyWriter
+from support.runner import compose_run, records, run
 
 from apm.backbones.baselines import RandomBaseline
 from apm.data.instances import Turn
@@ -25,7 +25,6 @@ from apm.memory.base import SessionView
 from apm.memory.text import TextSummary
 from apm.memory.video import RawVideo
 from apm.runner.app import run_dir_of
-from apm.synth import generate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,11 +35,6 @@ class Sluggish(RandomBaseline):
     async def answer_instance(self, request, instance):
         await asyncio.sleep(0.5)
         return await super().answer_instance(request, instance)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
 
 
 def _apm_run(tiny: Path, out: Path, cache: Path) -> subprocess.Popen:
@@ -165,7 +159,7 @@ def test_a_refused_job_leaves_no_trace_and_the_lock_is_reentrant(tiny, tmp_path)
         holder.wait()
 
 
-RACE = ["memory=raw_video", "backbone=random", "backbone._target_=slow_backbones.HeldWhileFlagged",
+RACE = ["memory=raw_video", "backbone=random", "backbone._target_=support.backbones.HeldWhileFlagged",
         "dataset.tasks=[ER,CT,PRM]"]
 """Jobs whose memory state is measured (raw video: deterministic bytes and digests)."""
 

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, memory_records, records, run
+from support.runner import compose_run, memory_records, records, run
 
 from apm.backbones.baselines import Oracle, RandomBaseline
 from apm.cli import status as apm_status

@@ -9,22 +9,16 @@ import statistics
 from pathlib import Path
 
 import pytest
-from runner_helpers import compose_run, memory_records, records, run, take
-from slow_backbones import Overlapping
-from streaming_spies import ChunkSpy, PixelSpy
+from support.backbones import Overlapping
+from support.runner import compose_run, memory_records, records, run
+from support.spies import ChunkSpy, PixelSpy, take
 
 from apm.streaming.base import StreamingSystem
-from apm.synth import generate
 
 TESTS = Path(__file__).resolve().parent
 SPY = [f"hydra.searchpath=[file://{TESTS / 'conf'}]", "memory=pixel_spy", "backbone=random"]
-THROUGH_SLOW_BACKBONE = [*SPY, "memory._target_=streaming_spies.BackboneSpy",
-                         "backbone._target_=slow_backbones.Overlapping", "dataset.tasks=[ER,ERA,RCR,MPA,PRM,TPG,EA]"]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
+THROUGH_SLOW_BACKBONE = [*SPY, "memory._target_=support.spies.BackboneSpy",
+                         "backbone._target_=support.backbones.Overlapping", "dataset.tasks=[ER,ERA,RCR,MPA,PRM,TPG,EA]"]
 
 
 def _comparable(run_dir: Path) -> tuple[dict[str, tuple], dict[tuple[str, int], str]]:
@@ -54,7 +48,7 @@ def test_trajectories_replay_at_the_same_time_with_the_records_of_a_serial_run(t
 
 
 def test_a_system_that_declares_itself_serial_replays_one_session_at_a_time(tiny, tmp_path):
-    cfg = [*THROUGH_SLOW_BACKBONE, "memory._target_=streaming_spies.SerialSpy", "concurrency=8"]
+    cfg = [*THROUGH_SLOW_BACKBONE, "memory._target_=support.spies.SerialSpy", "concurrency=8"]
     run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", cfg))
     assert Overlapping.PEAK == {"trajectories": 1}
     assert {r["latency"]["in_flight"] for r in records(run_dir)} == {1}
@@ -66,7 +60,7 @@ ENCODE_S = 0.2
 def test_a_probe_on_a_chunk_boundary_includes_the_update_it_required(tiny, tmp_path):
     """A chunked update costs the same whether it ran as the probe second's frame was observed (a probe on
     the boundary) or inside the answer (between boundaries): both latencies include it."""
-    cfg = [*SPY, "memory._target_=streaming_spies.ChunkSpy", "+memory.chunk_frames=4", f"+memory.encode_s={ENCODE_S}",
+    cfg = [*SPY, "memory._target_=support.spies.ChunkSpy", "+memory.chunk_frames=4", f"+memory.encode_s={ENCODE_S}",
            "dataset.tasks=[ER,MPA,TPG]", "concurrency=1"]
     recs = records(run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", cfg)))
     aligned = dict(ChunkSpy.ALIGNED)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from runner_helpers import (
+from support.runner import (
     assert_storage_is_on_disk,
     compose_run,
     memory_records,
@@ -18,9 +18,8 @@ from runner_helpers import (
     release_instance_count,
     release_sessions,
     run,
-    take,
 )
-from streaming_spies import PixelSpy
+from support.spies import PixelSpy, take
 
 from apm.check import checks
 from apm.check.runs import Subject, run_here, spec_of
@@ -31,18 +30,12 @@ from apm.memory.base import History, Note
 from apm.records.jsonl import latest_by, latest_records
 from apm.runner.online import session_frames
 from apm.runner.streaming import compose_request
-from apm.synth import generate
 from apm.video.decode import VideoDecodeError
 from apm.video.select import CausalityError
 
 TESTS = Path(__file__).resolve().parent
 EXAMPLES = TESTS.parent / "examples"
 SPY = [f"hydra.searchpath=[file://{TESTS / 'conf'}]", "memory=pixel_spy", "backbone=random"]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +85,7 @@ def test_probes_are_independent_of_which_are_asked(tiny, spied, tmp_path):
     subset = latest_records(run(compose_run(tiny, tmp_path / "a", tmp_path / "cache",
                                             [*SPY, "dataset.tasks=[ER,RCR]"])) / "records")
     assert subset and checks.non_mutating(full, subset) == []
-    leaky = [*SPY, "memory._target_=streaming_spies.LeakySpy"]
+    leaky = [*SPY, "memory._target_=support.spies.LeakySpy"]
     every = latest_records(run(compose_run(tiny, tmp_path / "b", tmp_path / "cache", leaky)) / "records")
     some = latest_records(run(compose_run(tiny, tmp_path / "c", tmp_path / "cache",
                                           [*leaky, "dataset.tasks=[ER,RCR]"])) / "records")

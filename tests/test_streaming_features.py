@@ -13,8 +13,8 @@ import jsonschema
 import numpy as np
 import pytest
 import yaml
-from runner_helpers import assert_storage_is_on_disk, compose_run, first_trajectory, memory_records, records, run
-from tiny_vlm import make_frames
+from support.runner import assert_storage_is_on_disk, compose_run, memory_records, records, run
+from support.tiny_vlm import make_frames
 
 from apm.configs import CONF_DIR
 from apm.data.frames import Frame
@@ -34,24 +34,12 @@ from apm.streaming.features import (
     written_in,
 )
 from apm.streaming.internals import UnsupportedArchitecture
-from apm.synth import generate
 from apm.video.cache import FrameCache
 
 ARCHITECTURES = ["tiny_model", "tiny_qwen25vl", "tiny_qwen3vl"]
 """The tiny random builds (fixture names) the system runs on: one line per architecture."""
 BUDGET = 8
 """Entries kept per session in the runs below: well under a tiny session's temporal patches (~20)."""
-
-
-@pytest.fixture(scope="module")
-def one(tmp_path_factory) -> Path:
-    tiny = generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
-    return first_trajectory(tiny, tmp_path_factory.mktemp("one") / "rel")
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
 
 
 def _features(model: Path, tasks: str) -> list[str]:

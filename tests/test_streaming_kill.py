@@ -9,21 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from runner_helpers import finished, memory_records, records, release_sessions
+from support.runner import finished, memory_records, records, release_sessions
 
 from apm.check import checks
 from apm.check.runs import kill_at
 from apm.records.jsonl import read_folder
-from apm.synth import generate
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
 
 
 def apm_run(tiny: Path, out: Path, cache: Path) -> subprocess.Popen:

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import jsonschema
 import pytest
-from runner_helpers import assert_storage_is_on_disk, compose_run, first_trajectory, memory_records, records, run
-from tiny_vlm import frames_request, make_frames
+from support.runner import assert_storage_is_on_disk, compose_run, memory_records, records, run
+from support.tiny_vlm import frames_request, make_frames
 
 from apm.backbones.hf import HFBackbone
 from apm.reduce.load import load_judgements, load_memory, load_records
@@ -24,18 +24,11 @@ from apm.reduce.tables import write_tables
 from apm.streaming.base import FAST_WEIGHTS
 from apm.streaming.internals import UnsupportedArchitecture
 from apm.streaming.parametric import FAST_WEIGHTS_FILE, Adapter, ParametricMemory, adapted, train_on_chunk
-from apm.synth import generate
 
 pytestmark = pytest.mark.slow
 ARCHITECTURES = ["tiny_model", "tiny_qwen25vl", "tiny_qwen3vl"]
 """The fixtures of the tiny models the system must run on: Qwen2-VL, Qwen2.5-VL and Qwen3-VL."""
 TASKS = "ER,ERA,EA"
-
-
-@pytest.fixture(scope="module")
-def one(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("release")
-    return first_trajectory(generate(tmp / "tiny", seed=1, scale="tiny"), tmp / "one")
 
 
 def _parametric(model: Path, tasks: str) -> list[str]:

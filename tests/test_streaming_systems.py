@@ -10,10 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from omegaconf import DictConfig
-from runner_helpers import (
+from support.runner import (
     assert_storage_is_on_disk,
     compose_run,
-    first_trajectory,
     memory_records,
     records,
     release_instance_count,
@@ -25,27 +24,11 @@ from apm.data.model import Session
 from apm.data.release import load_release
 from apm.streaming.events import change, thumbnail
 from apm.streaming.kv_cache import encode_chunk
-from apm.synth import generate
 from apm.video.cache import FrameCache
 
 pytestmark = pytest.mark.slow
 EVENTS = ["memory=event_memory", "backbone=random", "+backbone@writer=random",
-          "writer._target_=streaming_spies.SceneWriter"]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
-
-
-@pytest.fixture(scope="module")
-def one(tiny, tmp_path_factory) -> Path:
-    return first_trajectory(tiny, tmp_path_factory.mktemp("one") / "rel")
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+          "writer._target_=support.spies.SceneWriter"]
 
 
 def _kv(model: Path, tasks: str) -> list[str]:

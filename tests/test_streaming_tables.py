@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from runner_helpers import console, first_trajectory
+from support.runner import console, first_trajectory
 
 from apm.records.declaration import REPRESENTATIONS
 from apm.reduce.figures import radar_figure, tradeoff_figure

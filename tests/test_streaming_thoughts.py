@@ -10,8 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from runner_helpers import (
-    ShownFrames,
+from support.runner import (
     assert_storage_is_on_disk,
     compose_run,
     first_trajectory,
@@ -19,9 +18,8 @@ from runner_helpers import (
     records,
     release_instance_count,
     run,
-    take,
 )
-from streaming_spies import ClockWriter
+from support.spies import ClockWriter, ShownFrames, take
 
 from apm.backbones.base import TextPart
 from apm.data import clock
@@ -33,25 +31,14 @@ from apm.memory.base import History
 from apm.records.declaration import Declaration
 from apm.runner.context import build_parts
 from apm.streaming.thoughts import PREVIOUS, Thought, ThoughtMemory
-from apm.synth import generate
 from apm.video.cache import FrameCache
 
 pytestmark = pytest.mark.slow
 THOUGHTS = ["memory=thought_memory", "memory.every_s=7", "backbone=oracle",
-            "backbone._target_=runner_helpers.ShownFrames", "+backbone@writer=random",
-            "writer._target_=streaming_spies.ClockWriter"]
+            "backbone._target_=support.spies.ShownFrames", "+backbone@writer=random",
+            "writer._target_=support.spies.ClockWriter"]
 SEEN = re.compile(r"seen (\d+)-(\d+): ")
 """What ClockWriter's text opens with: the first and last second its frames showed on their pixels."""
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("rel") / "tiny", seed=1, scale="tiny")
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture(scope="module")

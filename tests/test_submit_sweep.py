@@ -28,7 +28,7 @@ def test_a_range_sweep_of_floats_is_refused() -> None:
 
 def test_a_done_shard_is_submitted_again_only_by_a_rerun(tmp_path, monkeypatch) -> None:
     """``apm-submit rerun=all`` after a code change must reach the shards that are all on record."""
-    from runner_helpers import compose_run, run
+    from support.runner import compose_run, run
 
     from apm.scale import scheduler
     from apm.scale.submit import ShardJob, pending

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from runner_helpers import compose_run, records, release_instance_count, run
+from support.runner import compose_run, records, release_instance_count, run
 
 from apm.runner import ledger
 from apm.runner.app import run_dir_of

@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 from omegaconf import OmegaConf
-from tiny_vlm import CONF, make_frames
+from support.tiny_vlm import CONF, make_frames
+from support.vllm_fixtures import OFFLINE_WORKER
 
 from apm.backbones import instantiate_backbone
 from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart
@@ -112,8 +113,7 @@ def test_the_vllm_offline_engine_builds_the_true_markers(
     (tmp_path / "in.pkl").write_bytes(pickle.dumps([request]))
     env = os.environ | OmegaConf.to_container(OmegaConf.load(CONF / "tiny_qwen2vl_vllm.yaml").env)
     env |= {"PYTHONPATH": str(CONF.parent.parent), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    worker = Path(__file__).with_name("vllm_offline_worker.py")
-    argv = [vllm_python, str(worker), json.dumps(kwargs), str(tmp_path / "in.pkl"), str(tmp_path / "out.pkl"),
+    argv = [vllm_python, str(OFFLINE_WORKER), json.dumps(kwargs), str(tmp_path / "in.pkl"), str(tmp_path / "out.pkl"),
             "--prompt-token-ids"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from videogen import cfr, make_video, read_code
+from support.video import cfr, make_video, read_code
 
 from apm.publish.thumbnails import Thumbnails as StripThumbnails
 from apm.video.cache import FrameCache

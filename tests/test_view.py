@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from PIL import Image
-from runner_helpers import compose_run, records, release_instance_count, run
+from support.runner import compose_run, records, release_instance_count, run
 
 from apm.cli.judge import main as judge
 from apm.cli.view import main as view

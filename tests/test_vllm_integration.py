@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from runner_helpers import process_gone
-from tiny_vlm import CONF, frames_request, make_frames
-from vllm_fixtures import run_offline
+from support.runner import process_gone
+from support.tiny_vlm import CONF, frames_request, make_frames
+from support.vllm_fixtures import run_offline
 
 from apm.backbones import instantiate_backbone
 from apm.backbones.base import Response

@@ -12,9 +12,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from runner_helpers import process_gone
+from support.runner import process_gone
 
-from apm.backbones import Message, Request
+from apm.backbones import Message, Request, Response
+from apm.backbones.openai_api import OpenAIBackbone
 from apm.backbones.vllm_server import VLLMServerBackbone
 
 FAKE = ["{python}", "-m", "apm.testing.fake_server"]
@@ -41,7 +42,18 @@ def test_argv_carries_the_engine_settings(monkeypatch: pytest.MonkeyPatch):
     ]
     cpu = VLLMServerBackbone(model="m", python="/venv/bin/python")
     assert cpu.argv(9)[:5] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
-    assert cpu.model == "m"  # requests name the served model
+    assert cpu.client.model == "m"  # requests name the served model
+
+
+def test_the_server_backbone_composes_an_openai_client_and_does_not_extend_it():
+    """What is vLLM's own (command line, process, where its limits are set) is the server backbone's; the
+    transport, encoding and context guard are its OpenAI-compatible client's (issue 21, item 3)."""
+    b = VLLMServerBackbone(model="/models/q", served_model_name="q", max_frames=8, api_key_env="K", frame_mode="video")
+    assert not isinstance(b, OpenAIBackbone) and isinstance(b.client, OpenAIBackbone)
+    assert (b.client.model, b.model_id, b.max_frames, b.api_key_env) == ("q", "q", 8, "K") and b.guard is b.client.guard
+    assert "--trust-request-mm-kwargs" in b.argv(9)  # the client's frame mode sets the server's flag
+    said = b.advice(Response(error="HTTP 404: no such model", error_kind="not_found"), "judge")
+    assert "judge.served_model_name='q' is not a model served there" in said, said
 
 
 def test_launch_wait_serve_log_and_stop(tmp_path: Path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from runner_helpers import compose_run, release_sessions
+from support.runner import compose_run, release_sessions
 
 from apm.backbones.base import Response
 from apm.backbones.baselines import RandomBaseline
@@ -116,7 +116,7 @@ def test_rerun_with_fewer_shards_supersedes_the_errors_of_the_first(tiny, tmp_pa
     monkeypatch.setenv("APM_TEST_WRITER_DOWN", str(down))
     monkeypatch.setattr(scheduler, "available", lambda: False)
     overrides = ["memory=text_summary", "backbone=random", "backbone._target_=test_write_order.DownWhileFlagged",
-                 "+backbone@writer=random", "writer._target_=slow_backbones.FlakyWriter", "dataset.tasks=[ER,PRM]"]
+                 "+backbone@writer=random", "writer._target_=support.backbones.FlakyWriter", "dataset.tasks=[ER,PRM]"]
 
     def run(*extra: str):
         cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [*overrides, *extra])
@@ -150,7 +150,7 @@ def test_errors_from_a_node_an_hour_ahead_are_superseded_by_a_rerun(tiny, tmp_pa
     monkeypatch.setenv(DOWN, str(down))
     monkeypatch.setenv("APM_TEST_WRITER_DOWN", str(down))
     overrides = ["memory=text_summary", "backbone=random", "backbone._target_=test_write_order.DownWhileFlagged",
-                 "+backbone@writer=random", "writer._target_=slow_backbones.FlakyWriter", "dataset.tasks=[ER,PRM]"]
+                 "+backbone@writer=random", "writer._target_=support.backbones.FlakyWriter", "dataset.tasks=[ER,PRM]"]
     cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", overrides)
     rerun_cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [*overrides, "rerun=errors"])
     true_clock = __import__("time").time_ns

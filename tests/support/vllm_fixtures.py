@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-CONF = Path(__file__).resolve().parent.parent / "conf" / "backbone"
+from support import REPO
+from support.tiny_vlm import CONF
+
+OFFLINE_WORKER = Path(__file__).with_name("vllm_offline_worker.py")
+"""The script the vLLM venv's python runs requests through (it imports only ``apm``)."""
+
 
 
 def required_env_path(var: str, how: str, executable: bool = False) -> str:
@@ -50,14 +55,13 @@ def loop() -> Iterator[asyncio.Runner]:
 
 def run_offline(vllm_python: str, model: Path, requests: list, work: Path) -> list:
     """``requests`` through the ``tiny_qwen2vl_vllm_offline`` preset on ``model``, one engine, in the vLLM
-    venv's python (tests/vllm_offline_worker.py on this source tree); the Responses."""
+    venv's python (tests/support/vllm_offline_worker.py on this source tree); the Responses."""
     kwargs = OmegaConf.to_container(OmegaConf.load(CONF / "tiny_qwen2vl_vllm_offline.yaml"), resolve=True)
     kwargs = {k: v for k, v in kwargs.items() if k != "_target_"} | {"model": str(model)}
     (work / "in.pkl").write_bytes(pickle.dumps(requests))
     env = os.environ | OmegaConf.to_container(OmegaConf.load(CONF / "tiny_qwen2vl_vllm.yaml").env)
-    env |= {"PYTHONPATH": str(CONF.parent.parent), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    worker = Path(__file__).with_name("vllm_offline_worker.py")
-    argv = [vllm_python, str(worker), json.dumps(kwargs), str(work / "in.pkl"), str(work / "out.pkl")]
+    env |= {"PYTHONPATH": str(REPO), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    argv = [vllm_python, str(OFFLINE_WORKER), json.dumps(kwargs), str(work / "in.pkl"), str(work / "out.pkl")]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return pickle.loads((work / "out.pkl").read_bytes())

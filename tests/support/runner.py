@@ -1,6 +1,5 @@
-"""The support module of the tests: shared pieces for end-to-end tests of ``apm-run`` (composed configs,
-runs, their records), what a release under test holds (its counts), spies that record what each
-instance was shown, and checks several test modules make. No test module imports another."""
+"""End-to-end runs of ``apm-run`` for the tests: composed configs, runs, their records, what a release
+under test holds (its counts), the fake engine on a thread, and checks several test modules make."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import threading
 import time
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +19,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from apm.backbones.base import Request
-from apm.backbones.baselines import Oracle
 from apm.configs import CONF_DIR
 from apm.data.frames import Frame
-from apm.data.instances import Instance, release_instances
+from apm.data.instances import release_instances
 from apm.data.release import load_release
 from apm.memory.base import state_bytes
 from apm.runner.app import run_async, run_dir_of
@@ -160,39 +156,6 @@ def finished(proc: subprocess.Popen, run_root: Path) -> Path:
     assert proc.wait(timeout=300) == 0, proc.stdout.read().decode()
     (run_dir,) = [p.parent for p in run_root.rglob("records")]
     return run_dir
-
-
-@dataclass(frozen=True)
-class SeenRequest(Request):
-    """A request as a spy keeps it, beside the instance it asked about (``None``: a summary writer's)."""
-
-    instance: Instance | None = None
-
-
-class ShownFrames(Oracle):
-    """The oracle baseline that also keeps every request it was sent (to inspect the pixels shown), with
-    the instance its reference channel was handed (the request itself carries none)."""
-
-    seen: dict[str, Any] = {}
-
-    def __init__(self, name: str = "Shown Frames Probe", max_frames: int | None = None):
-        super().__init__(name=name, max_frames=max_frames)
-
-    async def answer_instance(self, request, instance):
-        ShownFrames.seen[request.request_id] = SeenRequest(**vars(request), instance=instance)
-        return await super().answer_instance(request, instance)
-
-    async def generate(self, request):
-        ShownFrames.seen[request.request_id] = SeenRequest(**vars(request))
-        return await super().generate(request)
-
-
-def take(log: dict[Any, Any]) -> dict[Any, Any]:
-    """A spy's log so far, emptied (conftest's ``fresh_spies`` empties every log around each test): each
-    run's own, in a test that runs a spy more than once."""
-    kept = dict(log)
-    log.clear()
-    return kept
 
 
 @contextmanager
