@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import string
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from apm.data.model import Candidate, Session, Trajectory
 from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE, CROSS_SESSION, EA, MCQA_TASKS, TASKS
 from apm.records.atomic import OutputRefused
-from apm.synth import generate, read_scene, read_sign, state_at
+from apm.synth import generate, read_scene, read_sign, state_at, wording
 from apm.synth import writer as synth_writer
 from apm.synth.world import ACTIONS, SCALES, WORDS, ZONE_PLACES, ZONE_RELATIVE, ZONES
 
@@ -487,3 +488,15 @@ def test_paper_scale_has_the_papers_populations(tmp_path: Path) -> None:
     assert Counter(c.fields["evidence_available"] for c in release.ea_candidates) == {True: 130, False: 130}
     originals = {c.fields["original_candidate_id"] for c in release.ea_candidates}
     assert originals <= {c.candidate_id for c in release.candidates if c.task in CROSS_SESSION}
+
+
+@pytest.mark.parametrize("name", [n for n in vars(wording) if n.isupper()])
+def test_each_question_and_reminder_reads_back_what_it_was_filled_with(name):
+    """The perceiver reads the generator's wording through wording.pattern: a filled template gives back
+    its fields, so rewording a template in apm/synth/wording.py rewords what the perceiver reads too."""
+    template = getattr(wording, name)
+    fields = {f: f"the odd {f} value" for _, f, _, _ in string.Formatter().parse(template) if f}
+    m = wording.pattern(template, at_end=True, **{f: ".+" for f in fields}).search(
+        "user said: " + template.format(**fields))
+    assert m is not None and m.groupdict() == fields
+

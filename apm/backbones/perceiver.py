@@ -31,6 +31,7 @@ from apm.data import clock
 from apm.data.frames import Frame
 from apm.prompts import layout, read_fields, read_probe, template
 from apm.records.declaration import Declaration
+from apm.synth import wording
 from apm.synth.render import read_scene, read_sign
 from apm.synth.world import ACTIONS, PACKING, TRAY_SLOTS, WORDS, ZONE_PLACES, ZONE_RELATIVE, ZONES
 
@@ -46,7 +47,9 @@ _USER = "user said: "
 _HEADER = layout.HEADER.pattern(line=True)
 _SAID = layout.SAID.pattern(line=True)
 _NOW = layout.CURRENT_TIME.pattern()
-_REMINDER = re.compile(r"(When|Next time) the (.+?) is on (the .+?), remind me to (.+?)\.$")
+_REMINDERS = {kind: wording.pattern(template, at_end=True)
+              for kind, template in (("When", wording.REMIND_WHEN), ("Next time", wording.REMIND_NEXT))}
+"""RCR's and PRM's registrations, by the word they open with (the ``kind`` of :func:`_reminders`)."""
 _PLACE_ZONE = {place: zone for zone, place in ZONE_PLACES.items()}
 
 
@@ -288,14 +291,13 @@ def _sign_order(m: re.Match, s: Shown) -> str | None:
 
 
 QUESTIONS: tuple[tuple[re.Pattern[str], Read], ...] = (
-    (re.compile(r"What am I doing right now\?"), _now(lambda x: x.action)),
-    (re.compile(r"How many items are on the tray right now\?"), _now(lambda x: str(x.count))),
-    (re.compile(r"What word is written on the sign right now\?"), _now(lambda x: x.sign)),
-    (re.compile(r"Where is the (?P<obj>.+) relative to me right now\?"), _where_now),
-    (re.compile(r"what was I doing while the sign read '(?P<word>\w+)'\?"), _doing_while),
-    (re.compile(r"Where did I leave the (?P<obj>.+) at the end of my session on (?P<day>DAY\d+) that started at "
-                r"(?P<hms>\d\d:\d\d:\d\d)\?"), _left_at_end),
-    (re.compile(r"In what order did these signs appear in my earlier sessions: (?P<words>.+)\?"), _sign_order),
+    (wording.pattern(wording.DOING_NOW), _now(lambda x: x.action)),
+    (wording.pattern(wording.COUNT_NOW), _now(lambda x: str(x.count))),
+    (wording.pattern(wording.SIGN_NOW), _now(lambda x: x.sign)),
+    (wording.pattern(wording.WHERE_NOW, obj=".+"), _where_now),
+    (wording.pattern(wording.DOING_WHILE, word=r"\w+"), _doing_while),
+    (wording.pattern(wording.LEFT_AT_END, obj=".+", day=r"DAY\d+", hms=r"\d\d:\d\d:\d\d"), _left_at_end),
+    (wording.pattern(wording.SIGN_ORDER, words=".+"), _sign_order),
 )
 """The synthetic release's questions, each with what answers it from what a request shows."""
 
@@ -359,9 +361,9 @@ def _reminders(said: tuple[tuple[int, str], ...], kind: str, since: int, until: 
     """Each ``When …`` / ``Next time …`` (``kind``) reminder said in ``[since, until)``."""
     out: list[Reminder] = []
     for t, text in said:
-        m = _REMINDER.search(text)
-        if m and m.group(1) == kind and since <= t < until and m.group(3) in _PLACE_ZONE:
-            out.append((m.group(2), m.group(3), _PLACE_ZONE[m.group(3)], m.group(4)))
+        m = _REMINDERS[kind].search(text)
+        if m and since <= t < until and m["place"] in _PLACE_ZONE:
+            out.append((m["obj"], m["place"], _PLACE_ZONE[m["place"]], m["purpose"]))
     return out
 
 
@@ -436,7 +438,7 @@ def summary(request: Request) -> dict[str, str]:
     s = shown(request)
     session = read_fields("summary_request", s.text)
     end = clock.absolute(session["DAY_ID"], session["END_TIME"]) if session else max(s.seen, default=0) + 1
-    reminders = [(t, text) for t, text in s.said if _REMINDER.search(text)]
+    reminders = [(t, text) for t, text in s.said if any(p.search(text) for p in _REMINDERS.values())]
     lines = note_lines([x for _, x in sorted(s.seen.items())], reminders, end)
     return {"memory": within_budget(lines, request.settings.max_tokens * CHARS_PER_TOKEN)}
 

@@ -20,6 +20,7 @@ from apm.data import clock
 from apm.data.instances import probe_points
 from apm.data.model import Candidate
 from apm.data.tasks import CROSS_SESSION, EA_UNAVAILABLE_OPTION, MCQA_OPTIONS, TASKS
+from apm.synth import wording
 from apm.synth.world import (
     ACTIONS,
     PACKING,
@@ -149,23 +150,23 @@ def _perception_candidate(task: str, tw: TrajectoryWorld, s: SessionWorld, q: in
     if task == "ACR":
         choices, correct = _choices(rng, state.action, list(ACTIONS))
         content = f"I am {state.action}."
-        return Mined(task, _mcqa("What am I doing right now?", choices, correct, s, q, [_moment(s, lo, q, content)]),
+        return Mined(task, _mcqa(wording.DOING_NOW, choices, correct, s, q, [_moment(s, lo, q, content)]),
                      {"action": state.action})
     if task == "CT":
         choices, correct = _choices(rng, str(state.count), [str(k) for k in range(TRAY_SLOTS + 1)])
         content = f"The tray holds {state.count} items."
-        return Mined(task, _mcqa("How many items are on the tray right now?", choices, correct, s, q,
+        return Mined(task, _mcqa(wording.COUNT_NOW, choices, correct, s, q,
                                  [_moment(s, lo, q, content)]), {"count": state.count})
     if task == "OCR":
         word = state.sign or ""
         choices, correct = _choices(rng, word, list(WORDS))
         content = f"The sign reads '{word}'."
-        return Mined(task, _mcqa("What word is written on the sign right now?", choices, correct, s, q,
+        return Mined(task, _mcqa(wording.SIGN_NOW, choices, correct, s, q,
                                  [_moment(s, lo, q, content)]), {"word": word})
     zone = state.zone_of(obj) or ""
     choices, correct = _choices(rng, ZONE_RELATIVE[zone], [*ZONE_RELATIVE.values(), "Behind me"])
     content = f"The {obj} is on {ZONE_PLACES[zone]}."
-    return Mined(task, _mcqa(f"Where is the {obj} relative to me right now?", choices, correct, s, q,
+    return Mined(task, _mcqa(wording.WHERE_NOW.format(obj=obj), choices, correct, s, q,
                              [_moment(s, lo, q, content)]), {"object_colour": tw.objects[obj], "zone": zone})
 
 
@@ -202,7 +203,7 @@ def _er(tw: TrajectoryWorld, m: SessionWorld, rng: random.Random) -> Iterator[Mi
                 continue
             action = actions.pop()
             choices, correct = _choices(rng, action, list(ACTIONS))
-            question = f"In an earlier session, what was I doing while the sign read '{word}'?"
+            question = wording.DOING_WHILE.format(word=word)
             evidence = [_moment(e, lo, hi, f"The sign reads '{word}' while I am {action}.")]
             yield Mined("ER", _mcqa(question, choices, correct, m, _query_point(m, rng), evidence),
                         {"action": action, "word": word}, _available(m.index, {e.index}))
@@ -219,8 +220,7 @@ def _est(tw: TrajectoryWorld, m: SessionWorld, rng: random.Random) -> Iterator[M
             lo, _ = _run(e.states, last, lambda st: st.zone_of(obj))
             places = [p[0].upper() + p[1:] for p in (*ZONE_PLACES.values(), "the cupboard")]
             choices, correct = _choices(rng, places[ZONES.index(zone)], places)
-            question = (f"Where did I leave the {obj} at the end of my session on {e.day_id} "
-                        f"that started at {_hms(e.start)}?")
+            question = wording.LEFT_AT_END.format(obj=obj, day=e.day_id, hms=_hms(e.start))
             evidence = [_moment(e, max(lo, last - EVIDENCE_SPAN), last, f"The {obj} is on {ZONE_PLACES[zone]}.")]
             yield Mined("EST", _mcqa(question, choices, correct, m, _query_point(m, rng), evidence),
                         {"object_colour": tw.objects[obj], "zone": zone}, _available(m.index, {e.index}))
@@ -243,7 +243,7 @@ def _tr(tw: TrajectoryWorld, m: SessionWorld, rng: random.Random) -> Iterator[Mi
         texts = [", then ".join(p) for p in itertools.permutations(order)]
         choices, correct = _choices(rng, texts[0], texts)
         shown = rng.sample(order, 3)
-        question = f"In what order did these signs appear in my earlier sessions: {', '.join(shown)}?"
+        question = wording.SIGN_ORDER.format(words=", ".join(shown))
         evidence = [_moment(e, lo, min(hi, lo + EVIDENCE_SPAN), f"The sign reads '{w}'.") for e, lo, hi, w in picked]
         yield Mined("TR", _mcqa(question, choices, correct, m, _query_point(m, rng), evidence),
                     {"order": order}, _available(m.index, {r[0].index for r in picked}))
@@ -305,7 +305,7 @@ def _rcr(tw: TrajectoryWorld, rng: random.Random, negatives: int = 2) -> Iterato
                     s,
                     r,
                     "registration_time",
-                    registration_text=f"When the {obj} is on {place}, remind me to {purpose}.",
+                    registration_text=wording.REMIND_WHEN.format(obj=obj, place=place, purpose=purpose),
                 ),
                 "positive_heartbeat": _at(
                     s,
@@ -354,7 +354,7 @@ def _prm(tw: TrajectoryWorld, rng: random.Random) -> Iterator[Mined]:
                     e,
                     r,
                     "registration_time",
-                    registration_text=f"Next time the {obj} is on {place}, remind me to {purpose}.",
+                    registration_text=wording.REMIND_NEXT.format(obj=obj, place=place, purpose=purpose),
                 ),
                 "trigger_match_reason": (
                     f"The {obj} is on {place} again, the condition registered on {e.day_id} at {_hms(e.start + r)}."
