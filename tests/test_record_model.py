@@ -3,6 +3,7 @@ not kept by hand; real records of a run validate against them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import fields
 from pathlib import Path
@@ -12,11 +13,17 @@ import jsonschema
 import pytest
 from support.runner import compose_run, records, run
 
+from apm.backbones.base import Request, Response
 from apm.data.tasks import EA, TASKS
+from apm.judge.reference import GateOnlyJudge
+from apm.judge.rubric import CRITERIA
+from apm.judge.stage import JudgeStage
 from apm.records.model import (
     MODELS,
     SCHEMAS,
+    Criterion,
     InstanceRecord,
+    JudgementLine,
     Latency,
     Task,
     json_schema,
@@ -24,6 +31,7 @@ from apm.records.model import (
     schema_text,
     write_schemas,
 )
+from apm.records.rundir import RunDir
 from apm.synth import generate
 from apm.testing import fixtures
 
@@ -44,6 +52,10 @@ def test_the_model_knows_every_task_of_the_release() -> None:
     assert set(get_args(Task)) == {*TASKS, EA}
 
 
+def test_the_model_knows_every_value_a_criterion_check_may_take() -> None:
+    assert set(get_args(Criterion)) == {v for allowed in CRITERIA.values() for v in allowed}
+
+
 def test_the_fixture_record_follows_the_model_and_a_wrong_one_does_not() -> None:
     validator = jsonschema.Draft202012Validator(json_schema(InstanceRecord))
     record = fixtures.record("ER", "C1")
@@ -62,7 +74,8 @@ def _first_column(doc: str, heading: str) -> set[str]:
 
 
 @pytest.mark.parametrize(("heading", "model"), [("## Instance record", InstanceRecord),
-                                                ("### Latency (Appendix B.3)", Latency)])
+                                                ("### Latency (Appendix B.3)", Latency),
+                                                ("## Judgement line (`judgements/*.jsonl`)", JudgementLine)])
 def test_the_records_doc_lists_exactly_the_model_fields(heading: str, model: type) -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "records.md").read_text(encoding="utf-8")
     assert _first_column(doc, heading) == {f.name for f in fields(model)}
@@ -91,3 +104,46 @@ def test_the_runner_writes_exactly_the_model_fields(tmp_path: Path, overrides: l
     run_dir = run(compose_run(release, tmp_path / "runs", tmp_path / "cache", [*overrides, "backbone.max_frames=4"]))
     lines = records(run_dir)
     assert lines and all(set(line) == {f.name for f in fields(InstanceRecord)} for line in lines)
+
+
+class UnparseableJudge(GateOnlyJudge):
+    """Replies what is not the rubric's JSON: every judgement it makes fails (``invalid_reply``)."""
+
+    async def generate(self, request: Request) -> Response:
+        return Response(text="not the rubric's JSON", finish_reason="stop")
+
+
+@pytest.fixture(scope="module")
+def judged_run(tmp_path_factory: pytest.TempPathFactory) -> RunDir:
+    """A run judged inline by the gate-only judge (``ok`` lines), then by a judge whose replies never
+    parse (``failed`` lines, its own file)."""
+    tmp = tmp_path_factory.mktemp("judged")
+    release = generate(tmp / "rel", seed=3, scale="tiny")
+    run_dir = run(compose_run(release, tmp / "runs", tmp / "cache",
+                              ["memory=none", "backbone=oracle", "dataset.tasks=[RCR]", "judge=gate_only"]))
+    asyncio.run(JudgeStage(UnparseableJudge("Unparseable judge"), invalid_retries=1, preflight=False).run([run_dir]))
+    return RunDir(run_dir)
+
+
+def _judgement_lines(run: RunDir) -> list[dict]:
+    return [json.loads(line) for path in run.files("judgements") for line in path.read_text().splitlines()]
+
+
+def test_the_judge_writes_exactly_the_model_fields(judged_run: RunDir) -> None:
+    """Every field of the judgement model, none left out (even those older lines may lack) and none beside
+    it, on an ``ok`` judgement and on a failed one."""
+    lines = _judgement_lines(judged_run)
+    assert {line["status"] for line in lines} == {"ok", "failed"}
+    assert all(set(line) == {f.name for f in fields(JudgementLine)} for line in lines)
+
+
+def test_judgement_lines_validate_against_the_committed_schema(judged_run: RunDir) -> None:
+    validator = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "judgement.schema.json").read_text()))
+    lines = _judgement_lines(judged_run)
+    assert lines and all(not list(validator.iter_errors(line)) for line in lines)
+    ok = next(line for line in lines if line["status"] == "ok")
+    assert list(validator.iter_errors({**ok, "score": 6}))
+    assert list(validator.iter_errors({**ok, "criterion_checks": {"usefulness": "good"}}))
+    assert list(validator.iter_errors({**ok, "unknown_field": 1}))  # the line is closed
+    assert list(validator.iter_errors({k: v for k, v in ok.items() if k != "cache_key"}))  # required
+    assert not list(validator.iter_errors({k: v for k, v in ok.items() if k != "content_sha256"}))  # may be absent

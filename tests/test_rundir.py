@@ -3,6 +3,7 @@ takes run dirs or any folder above them, skipping what is not a run with one not
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from apm.cli.publish import main as publish_main
 from apm.cli.reduce import main as reduce_main
 from apm.cli.status import main as status_main
 from apm.cli.view import main as view_main
+from apm.records import rundir
 from apm.records.rundir import RunDir, find_runs
 from apm.synth import generate
 
@@ -154,3 +156,64 @@ def test_status_names_runs_relative_to_the_folder_given(sweep: Path, monkeypatch
     status_main([sweep.name, "--json"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted(r["run"] for r in rows) == sorted(p.relative_to(sweep).as_posix() for p in runs_of(sweep))
+
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_DIR_FOLDERS = frozenset({rundir.RECORDS, rundir.MEMORY, rundir.JUDGEMENTS, rundir.JOBS, rundir.LOCKS,
+                             rundir.PROMPTS, rundir.PUBLISH, rundir.MEMORY_STATE, rundir.MEMORY_STATE_VISIBLE})
+"""The folders of a run dir, as :mod:`apm.records.rundir` names them."""
+GLOBS = ("glob", "rglob")
+
+
+def _path_literal(node: ast.AST) -> str | None:
+    """A string literal that is a run-dir folder or starts a path with one (``"records/*.jsonl"``), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        first = node.value.split("/", 1)[0]
+        return node.value if first in RUN_DIR_FOLDERS else None
+    return None
+
+
+def spelled_paths(source: str) -> list[tuple[int, str]]:
+    """``(line, literal)`` of each run-dir folder a module spells as a path: an operand of ``/``, a ``glob`` /
+    ``rglob`` pattern, or any other literal (an f-string's part included) starting ``<folder>/``; docstrings
+    are prose."""
+    tree = ast.parse(source)
+    prose = {id(node.value) for node in ast.walk(tree)
+             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            found += [(node.lineno, lit) for side in (node.left, node.right) if (lit := _path_literal(side))]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in GLOBS:
+            found += [(node.lineno, lit) for arg in node.args[:1] if (lit := _path_literal(arg))]
+        elif id(node) not in prose and (lit := _path_literal(node)) and "/" in lit:
+            found.append((node.lineno, lit))
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize(("source", "spelled"), [
+    ('run_dir / "records"', "records"),
+    ('(run / "memory_state") / tid', "memory_state"),
+    ('out.rglob("records")', "records"),
+    ('out.rglob("records/*.jsonl")', "records/*.jsonl"),
+    ('files_in(run_dir, "judgements/*.jsonl")', "judgements/*.jsonl"),
+    ('f"jobs/{shard}/plan.json"', "jobs/"),
+    ('root / "publish"', "publish"),
+])
+def test_the_literal_check_finds_a_run_dir_folder_spelled_as_a_path(source: str, spelled: str) -> None:
+    assert [s for _, s in spelled_paths(source)] == [spelled]
+
+
+def test_the_literal_check_leaves_kinds_and_keys_alone() -> None:
+    """A folder's name as a line kind, a dict key or a column is no path."""
+    assert spelled_paths('read_lines(path, "records")\nrow["memory"]\ndf.to_dict("records")\n'
+                         'run.files("judgements")\n"""records/*.jsonl: the docstring"""') == []
+
+
+def test_no_stage_module_spells_a_run_dir_folder_as_a_path() -> None:
+    """Every run-dir path goes through :class:`RunDir`: only ``apm/records/rundir.py`` spells the layout."""
+    owner = ROOT / "apm" / "records" / "rundir.py"
+    spelled = [f"{path.relative_to(ROOT)}:{line}: {literal!r}"
+               for path in sorted((ROOT / "apm").rglob("*.py")) if path != owner
+               for line, literal in spelled_paths(path.read_text(encoding="utf-8"))]
+    assert spelled == [], "\n".join(spelled)

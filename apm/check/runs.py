@@ -28,6 +28,7 @@ from apm.configs import CONF_DIR
 from apm.errors import one_line
 from apm.records.declaration import Declaration, declared
 from apm.records.jsonl import latest_by, read_folder
+from apm.records.rundir import RunDir, find_runs
 from apm.runner.app import run_async, run_dir_of
 from apm.runner.config import ConfigError, check_arguments
 from apm.streaming.base import StreamingSystem
@@ -132,9 +133,9 @@ class Outcome:
 
     @classmethod
     def read(cls, run_dir: Path, log: Path, error: str | None) -> Outcome:
-        lines = list(latest_by(read_folder(run_dir / "memory"),
-                               lambda m: (m["trajectory_id"], m["session_index"])).values())
-        records = latest_by(read_folder(run_dir / "records"), lambda r: r["key"])
+        run = RunDir(run_dir)
+        lines = list(latest_by(read_folder(run.memory), lambda m: (m["trajectory_id"], m["session_index"])).values())
+        records = latest_by(read_folder(run.records), lambda r: r["key"])
         return cls(run_dir, records, lines, read_log(log), error)
 
 
@@ -178,9 +179,14 @@ def child(spec: RunSpec, log: Path) -> subprocess.Popen[bytes]:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+def runs_below(out: Path) -> list[RunDir]:
+    """The runs under the output root ``out`` (:func:`~apm.records.rundir.find_runs`; none before it exists)."""
+    return find_runs([out]).runs if out.exists() else []
+
+
 def record_lines(out: Path) -> int:
     """Lines in every records file under ``out`` (a torn last line counts)."""
-    return sum(len(p.read_bytes().splitlines()) for p in out.rglob("records/*.jsonl"))
+    return sum(len(p.read_bytes().splitlines()) for run in runs_below(out) for p in run.files("records"))
 
 
 def kill_at(proc: subprocess.Popen[bytes], out: Path, lines: int, within_s: float = 600) -> bool:

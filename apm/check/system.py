@@ -5,14 +5,26 @@ redone, a run killed mid-session and rerun — one :class:`Result` per check."""
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from apm.check import checks
 from apm.check.checks import Result, verdict
-from apm.check.runs import Outcome, RunSpec, Subject, child, finish, kill_at, record_lines, run_here, spec_of
+from apm.check.runs import (
+    Outcome,
+    RunSpec,
+    Subject,
+    child,
+    finish,
+    kill_at,
+    record_lines,
+    run_here,
+    runs_below,
+    spec_of,
+)
 from apm.data.release import load_release
 from apm.records.jsonl import read_folder
+from apm.records.rundir import RunDir
 from apm.runner.app import shard_plan
 from apm.runner.config import ConfigError
 from apm.synth import generate
@@ -29,7 +41,7 @@ NOT_STREAMED = "a memory protocol is not fed the stream (the runner selects its 
 def _lost(run_dir: Path) -> set[str]:
     """Drop every third record line after the first third of the run (later sessions lose records); their keys."""
     lost: set[str] = set()
-    for path in sorted((run_dir / "records").glob("*.jsonl")):
+    for path in RunDir(run_dir).files("records"):
         lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
         start = len(lines) // 3
         lost |= {json.loads(x)["key"] for x in lines[start::3]}
@@ -52,10 +64,10 @@ def resume(spec: RunSpec, full: Outcome, work: Path) -> Result:
 
 def _cut_mid_session(out: Path) -> bool:
     """Whether a killed run left a session with records and no memory line (its in-session state lost)."""
-    run_dirs = [p.parent for p in out.rglob("records")]
-    def sessions(kind: str) -> set[tuple[str, str, str]]:
-        return {(x["trajectory_id"], x["day_id"], x["session_id"]) for d in run_dirs for x in read_folder(d / kind)}
-    return bool(sessions("records") - sessions("memory"))
+    runs = runs_below(out)
+    def sessions(folder: Callable[[RunDir], Path]) -> set[tuple[str, str, str]]:
+        return {(x["trajectory_id"], x["day_id"], x["session_id"]) for r in runs for x in read_folder(folder(r))}
+    return bool(sessions(lambda r: r.records) - sessions(lambda r: r.memory))
 
 
 def sigkill(spec: RunSpec, full: Outcome, work: Path) -> Result:
@@ -73,8 +85,8 @@ def sigkill(spec: RunSpec, full: Outcome, work: Path) -> Result:
     if not cut:
         return Result("sigkill determinism", "SKIP", "no kill landed inside a session (the run was too fast)")
     error = finish(child(killed, log))
-    (run_dir,) = {p.parent for p in out.rglob("records")}
-    again = Outcome.read(run_dir, log, error)
+    (run,) = runs_below(out)
+    again = Outcome.read(run.path, log, error)
     problems = [f"the rerun after the kill failed: {error}"] if error else []
     problems += checks.same_outcome(full.records, again.records, full.lines, again.lines, "a SIGKILL mid-session")
     return verdict("sigkill determinism", problems, "killed mid-session and rerun: the uninterrupted run's "
@@ -123,10 +135,10 @@ def check_system(config: str, overrides: list[str], work: Path, release: Path | 
         "EA restriction": lambda: verdict("EA restriction", checks.ea_restriction(instances, full.events, full.records),
                                           "restricted instances answered from their visible sessions alone"),
         "state bytes": lambda: verdict(
-            "state bytes", checks.state_bytes(full.run_dir / "memory_state", full.lines, full.events),
+            "state bytes", checks.state_bytes(RunDir(full.run_dir).memory_states, full.lines, full.events),
             "each state folder holds what its memory lines measured"),
-        "schema": lambda: verdict("schema", checks.schema(checks.raw_lines(full.run_dir / "records"),
-                                                          checks.raw_lines(full.run_dir / "memory"),
+        "schema": lambda: verdict("schema", checks.schema(checks.raw_lines(RunDir(full.run_dir).records),
+                                                          checks.raw_lines(RunDir(full.run_dir).memory),
                                                           subject.declaration),
                                   "records and memory lines validate; the declarations are the class's"),
         "resume": lambda: resume(spec, full, work),  # last of those reading the full run: it changes its records

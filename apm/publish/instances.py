@@ -16,6 +16,7 @@ import pandas as pd
 from apm.data.model import Candidate, Release
 from apm.publish.source import NOTE_FIELDS, Method, stamp
 from apm.publish.thumbnails import Thumbnails
+from apm.records.model import JudgementLine, named
 from apm.records.prompts import reader, sent_text
 
 COLUMNS = (
@@ -130,7 +131,9 @@ def instance_rows(
     return rows
 
 
-JUDGEMENT_COLUMNS = ("key", "judge", "judge_model", "rubric_version", "status", "failure", "score", *NOTE_FIELDS)
+JUDGEMENT_COLUMNS = (
+    *named(JudgementLine, "key", "judge", "judge_model", "rubric_version", "status", "failure", "score"), *NOTE_FIELDS)
+"""The judgements table's columns, as the judgement line model names them."""
 
 
 def judgement_rows(m: Method) -> list[list[Any]]:

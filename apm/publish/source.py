@@ -12,12 +12,13 @@ from typing import Any
 import pandas as pd
 
 from apm.records.lines import read_lines
+from apm.records.model import JudgementLine, named
 from apm.records.rundir import RunDir
 from apm.reduce import load_runs, score_table
 
 JudgeNotes = dict[tuple[str, str, float | None], dict[str, Any]]
 """The free text of judgement lines, by (config hash, key, write stamp)."""
-NOTE_FIELDS = ("justification", "criterion_checks", "critical_issues")
+NOTE_FIELDS = named(JudgementLine, "justification", "criterion_checks", "critical_issues")
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from apm.publish.source import Method, read_methods, sweep_root
 from apm.publish.thumbnails import Strip, Thumbnails
 from apm.records.atomic import OUTPUT_LOCK, OutputRefused, claim_output, read_marker, write_marker
 from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
+from apm.records.rundir import RunDir
 from apm.reduce.load import check_preference, run_dirs
 from apm.reduce.scores import SCORE_COLUMNS
 from apm.video.cache import FrameCache
@@ -302,7 +303,7 @@ def publish_dir(run_dir: Path, opts: PublishOptions) -> Path:
     if opts.directory is not None:
         return opts.directory
     home = os.environ.get("WANDB_DIR")
-    return Path(home) / "apm-publish" if home else sweep_root(run_dir) / "publish"
+    return Path(home) / "apm-publish" if home else RunDir(sweep_root(run_dir)).publish
 
 
 def sync_command(published: Iterable[Published]) -> str | None:
@@ -316,14 +317,20 @@ def files_in(folder: Path, pattern: str) -> dict[str, Path]:
     return {p.relative_to(folder).as_posix(): p for p in sorted(folder.glob(pattern)) if p.is_file()}
 
 
+def line_files(run_dir: Path, kind: str) -> dict[str, Path]:
+    """The run dir's ``<kind>/*.jsonl`` files (:meth:`RunDir.files`), by their path below it."""
+    run = RunDir(run_dir)
+    return {p.relative_to(run.path).as_posix(): p for p in run.files(kind) if p.is_file()}
+
+
 def records_artifact(m: Method) -> ArtifactSpec:
     """The method's records: its run dir's ``records/*.jsonl`` as they are (the source of truth)."""
-    return ArtifactSpec(f"records-{m.config_hash}", "records", files_in(m.run_dir, "records/*.jsonl"))
+    return ArtifactSpec(f"records-{m.config_hash}", "records", line_files(m.run_dir, "records"))
 
 
 def judgements_artifact(m: Method) -> ArtifactSpec:
     """The method's judgements: its run dir's ``judgements/*.jsonl`` as they are."""
-    return ArtifactSpec(f"judgements-{m.config_hash}", "judgements", files_in(m.run_dir, "judgements/*.jsonl"))
+    return ArtifactSpec(f"judgements-{m.config_hash}", "judgements", line_files(m.run_dir, "judgements"))
 
 
 def inputs_of(m: Method) -> list[ArtifactSpec]:

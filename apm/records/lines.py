@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import orjson
 
-from apm.records.model import InstanceRecord, values
+from apm.records.model import InstanceRecord, JudgementLine, values
 
 Kind = Literal["records", "memory", "judgements", "any"]
 Line = dict[str, Any]
@@ -110,7 +110,7 @@ CHECKS: dict[Kind, tuple[Check, ...]] = {
     ),
     "judgements": (
         _text("key", optional=False), _run, _text("judge", optional=False),
-        _one_of("status", ("ok", "failed"), optional=False), _judge_score, _text("response_sha256"),
+        _one_of("status", values(JudgementLine, "status"), optional=False), _judge_score, _text("response_sha256"),
         _text("rubric_version"), _text("judge_model"), _text("failure"), _STAMP, _REVISION,
     ),
     "memory": (

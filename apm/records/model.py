@@ -226,6 +226,41 @@ class MemoryLine:
     revision: int = spec(absent_ok=True, minimum=1)
 
 
+Criterion = Literal["pass", "partial", "fail", "not_applicable"]
+"""What the A.3 rubric lets a criterion check say (which criterion allows which: ``apm.judge.rubric.CRITERIA``)."""
+
+
+@dataclass(frozen=True)
+class JudgementLine:
+    """One judgement of a judged probe (``judgements/*.jsonl``): docs/records.md, "Judgement line".
+    ``judge_snapshot``, ``inputs_sha256``, ``failure`` and ``content_sha256`` may be absent: lines of the
+    judge before it wrote them (a line without ``content_sha256`` does not verify, so is never used)."""
+
+    title: ClassVar[str] = "apm judgement line (judgements/*.jsonl, one object per judgement of a probe)"
+    closed: ClassVar[bool] = True
+    key: str = spec(pattern="^[^/]+/[^/]+/[^/]+$")
+    run: RunBlock = spec()
+    judge: str = spec()
+    judge_model: str = spec()
+    judge_snapshot: str | None = spec(absent_ok=True)
+    rubric_version: str = spec(pattern="^a3-[0-9a-f]{12}$")
+    response_sha256: str = spec(pattern=HEX64)
+    cache_key: str = spec(pattern=HEX64)
+    inputs_sha256: str = spec(absent_ok=True, pattern=HEX64)
+    status: Literal["ok", "failed"] = spec()
+    score: int | None = spec(minimum=1, maximum=5)
+    criterion_checks: dict[str, Criterion] | None = spec()
+    critical_issues: list[str] | None = spec()
+    justification: str | None = spec()
+    error: str | None = spec()
+    failure: Literal["backbone", "invalid_reply"] | None = spec(absent_ok=True)
+    attempts: int = spec(minimum=1)
+    judge_s: float = spec(minimum=0)
+    content_sha256: str = spec(absent_ok=True, pattern=HEX64)
+    written_ns: int = spec(absent_ok=True, minimum=0)
+    revision: int = spec(absent_ok=True, minimum=1)
+
+
 def values(model: type, name: str) -> tuple[Any, ...]:
     """The values a model field's ``Literal`` type allows (null left out): what a reader checks it against."""
     tp = get_type_hints(model)[name]
@@ -253,7 +288,8 @@ def named(model: type, *names: str) -> tuple[str, ...]:
 
 
 SCALARS = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object", list: "array"}
-MODELS = {"record.schema.json": InstanceRecord, "memory.schema.json": MemoryLine}
+MODELS = {"record.schema.json": InstanceRecord, "memory.schema.json": MemoryLine,
+          "judgement.schema.json": JudgementLine}
 """Each schema file and the model it is generated from."""
 
 

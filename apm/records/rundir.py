@@ -21,6 +21,8 @@ JUDGEMENTS = "judgements"
 JOBS = "jobs"
 LOCKS = "locks"
 PROMPTS = "prompts"
+PUBLISH = "publish"
+MEMORY_STATE, MEMORY_STATE_VISIBLE = "memory_state", "memory_state_visible"
 PLAN, LEDGER, MANIFEST = "plan.json", "ledger.jsonl", "manifest.json"
 RUN_MARKERS = (CONFIG, RECORDS, JOBS, LOCKS)
 """What the runner puts in a run dir: a folder holding any of these is a run, or the debris of one."""
@@ -72,8 +74,10 @@ class RunDir:
 
     @property
     def publish(self) -> Path:
-        """Where ``apm-publish`` writes the run's offline W&B runs by default."""
-        return self.path / "publish"
+        """``publish/``: where ``apm-publish`` writes offline W&B runs by default, of the sweep's root (the
+        output root a run dir was run into, ``apm.publish.source.sweep_root``; the run dir itself when it is
+        not below it)."""
+        return self.path / PUBLISH
 
     @property
     def judge_lock(self) -> Path:
@@ -114,13 +118,18 @@ class RunDir:
     def shard_lock(self, shard: str) -> Path:
         return self.locks / f"{shard}.lock"
 
+    @property
+    def memory_states(self) -> Path:
+        """``memory_state/``: the persistent state of every trajectory, a folder each (:meth:`memory_state`)."""
+        return self.path / MEMORY_STATE
+
     def memory_state(self, trajectory_id: str) -> Path:
         """The protocol's persistent state of one trajectory (what a memory line's ``bytes`` measures)."""
-        return id_path(self.path / "memory_state", trajectory_id)
+        return id_path(self.memory_states, trajectory_id)
 
     def memory_state_visible(self, trajectory_id: str) -> Path:
         """A streaming system's states built from an EA instance's visible sessions alone (never storage)."""
-        return id_path(self.path / "memory_state_visible", trajectory_id)
+        return id_path(self.path / MEMORY_STATE_VISIBLE, trajectory_id)
 
     def files(self, kind: str) -> list[Path]:
         """The ``<kind>/*.jsonl`` line files (``records``, ``memory``, ``judgements``), sorted."""

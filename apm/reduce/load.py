@@ -20,7 +20,7 @@ import pandas as pd
 from apm.records.declaration import Declaration, from_record, method_kind
 from apm.records.judging import needs_judge, response_digest, verifies
 from apm.records.lines import Kind, Skipped, read_lines
-from apm.records.model import InstanceRecord, MemoryLine, RunBlock, named
+from apm.records.model import InstanceRecord, JudgementLine, MemoryLine, RunBlock, named
 from apm.records.rundir import RunDir, find_runs
 from apm.reduce.coverage import PlanFile, read_plans
 
@@ -164,12 +164,13 @@ DETAIL_FIELDS: list[Field] = [
 names the kept text parts (:func:`apm.records.prompts.sent_text` rebuilds what was sent)."""
 
 JUDGEMENT_FIELDS: list[Field] = _RUN_FIELDS + [
-    (c, _get(c)) for c in (
+    (c, _field(JudgementLine, c)) for c in (
         "key", "judge", "judge_model", "rubric_version", "response_sha256", "status", "failure", "score",
         "written_ns", "revision",
     )
 ] + [("verified", verifies)]
-"""``verified``: the line's content digest matches its fields (:func:`apm.records.judging.verifies`)."""
+"""``verified``: the line's content digest matches its fields (:func:`apm.records.judging.verifies`); every
+other field named is checked against the judgement line model (:class:`apm.records.model.JudgementLine`)."""
 MEMORY_FIELDS: list[Field] = _RUN_FIELDS + [
     (c, _field(MemoryLine, c))
     for c in ("trajectory_id", "session_index", "bytes", "fast_weight_bytes", "prior_hours", "update_s", "error",

@@ -31,7 +31,7 @@ from apm.data.release import load_release
 from apm.data.tasks import ADAPTIVE, EA, MCQA_TASKS, TASKS
 from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
-from apm.records.model import InstanceRecord, named
+from apm.records.model import InstanceRecord, JudgementLine, named
 from apm.records.prompts import NOT_KEPT, PromptUnavailable, restore, text_digest, text_path
 from apm.records.rundir import RunDir, find_runs
 from apm.reduce import RunSet, check_preference, load_runs, score_table
@@ -62,10 +62,11 @@ RECORD_FIELDS = named(
     "gate_pass", "error", "prompt_version", "prompt_sha256", "tokens", "truncation", "memory_bytes", "attempts",
 )
 """What a method cell shows of its record, as the record model names them."""
-JUDGEMENT_FIELDS = (
-    "judge", "judge_model", "rubric_version", "status", "score", "justification", "critical_issues",
+JUDGEMENT_FIELDS = named(
+    JudgementLine, "judge", "judge_model", "rubric_version", "status", "score", "justification", "critical_issues",
     "criterion_checks", "failure", "error",
 )
+"""What a method cell shows of its judgement, as the judgement line model names them."""
 THUMB_ERRORS = (VideoDecodeError, OSError, IndexError, KeyError, ValueError)
 """What a frame without a thumbnail can fail with: no video, an undecodable one, a sample out of range."""
 
