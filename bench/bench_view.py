@@ -9,6 +9,13 @@ the first page has rendered. The paper's 5,631 instances × 10 methods are extra
 figures. Thumbnails are bounded per cell (``--frames-per-cell``) but dedupe far more on the tiny
 release's short videos than on the paper's, so the site's thumbnail bytes are also given as their upper
 bound (every capped thumbnail distinct). Run: ``.venv/bin/python bench/bench_view.py [--copies 1 4 8]``.
+
+``--paper-release DIR --cache DIR`` measures thumbnails where they matter instead: :data:`PAPER_METHODS`
+(ten methods of distinct frame choices on instant backbones) are run on a paper-shaped release (its
+frame cache already built at ``--cache``, only read), judged gate-only and viewed; the site's data and
+thumbnails, per instance and extrapolated linearly in trajectories to the paper's 5,631 instances (a
+real release's trajectories have distinct videos, so they share no thumbnail). Runs go under
+``--work`` (kept: a second call views them again without rerunning).
 """
 
 from __future__ import annotations
@@ -23,34 +30,57 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
 
 from apm.cli.judge import main as judge
-from apm.runner.app import CONF_DIR, run_async, run_dir_of
+from apm.configs import CONF_DIR
+from apm.data.instances import release_instances
+from apm.data.release import load_release
+from apm.runner.app import run_async, run_dir_of
 from apm.synth import generate
+from apm.view.site import DEFAULT_THUMB_GRID
 
 PAPER_INSTANCES = 5_631
 """The paper's runtime instances: 5,371 probes of the 12 tasks and 260 EA questions."""
 BASES = (("none", "random"), ("raw_video", "oracle"))
+PAPER_METHODS = (
+    ("memory=none", "backbone=random", "backbone.max_frames=1024"),
+    ("memory=none", "memory.recent_frames=32", "backbone=random", "backbone.max_frames=1024"),
+    ("memory=raw_video", "backbone=random", "backbone.max_frames=1024"),
+    ("memory=raw_video", "backbone=random", "backbone.max_frames=128"),
+    ("memory=raw_video", "backbone=random", "backbone.max_frames=1024", "frames.layout=session_stable"),
+    ("memory=raw_video", "backbone=random", "backbone.max_frames=128", "frames.layout=session_stable"),
+    ("memory=restricted", "backbone=random", "backbone.max_frames=1024"),
+    ("memory=text_summary", "backbone=random", "backbone.max_frames=1024"),
+    ("memory=retrieval_bm25", "backbone=random", "backbone.max_frames=1024"),
+    ("memory=oracle", "backbone=oracle", "backbone.max_frames=64"),
+)
+"""The methods of ``--paper-release``: SimpleStream (4 and 32 recent frames), raw video at 1,024 and 128
+frames in both layouts, restricted memory, a text summary and BM25 retrieval (the random backbone
+writing), and oracle evidence: frames from a handful per request to 1,024, recent and spread."""
+
+
+def judged_run(release: Path, out: Path, cache: Path, overrides: Sequence[str]) -> Path:
+    """One apm-run of ``release`` (frames from ``cache``), judged gate-only; its run dir."""
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        cfg = compose("config", overrides=[
+            f"dataset.root={release}", f"output_root={out}", f"frames.cache_dir={cache}",
+            "logging.wandb.mode=disabled", "logging.progress=false", *overrides])
+    asyncio.run(run_async(cfg))
+    assert judge([str(run_dir_of(cfg)), "judge=gate_only"]) == 0
+    return run_dir_of(cfg)
 
 
 def real_runs(tmp: Path, frames: int) -> list[Path]:
     """The two judged runs every method is copied from."""
     tiny = generate(tmp / "tiny", seed=3, scale="tiny")
-    dirs = []
-    for memory, backbone in BASES:
-        with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-            cfg = compose("config", overrides=[
-                f"dataset.root={tiny}", f"output_root={tmp / 'base'}", f"frames.cache_dir={tmp / 'cache'}",
-                "logging.wandb.mode=disabled", "logging.progress=false", f"memory={memory}",
-                f"backbone={backbone}", f"backbone.max_frames={frames}"])
-        asyncio.run(run_async(cfg))
-        dirs.append(run_dir_of(cfg))
-        assert judge([str(dirs[-1]), "judge=gate_only"]) == 0
-    return dirs
+    return [judged_run(tiny, tmp / "base", tmp / "cache",
+                       [f"memory={memory}", f"backbone={backbone}", f"backbone.max_frames={frames}"])
+            for memory, backbone in BASES]
 
 
 def _copied_lines(path: Path, config_hash: str, copies: int) -> str:
@@ -114,13 +144,13 @@ MEASURED = ("import resource, sys; from apm.cli.view import main; code = main(sy
 """``apm-view`` in a child that reports its own peak RSS (KiB) last on stderr."""
 
 
-def build(runs: Path, site: Path, frames_per_cell: int) -> dict[str, Any]:
+def build(runs: Path, site: Path, frames_per_cell: int, thumb_grid: int = DEFAULT_THUMB_GRID) -> dict[str, Any]:
     """``apm-view`` in a subprocess: wall seconds, its peak RSS (MiB) and what it wrote."""
     started = time.perf_counter()
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     done = subprocess.run([sys.executable, "-c", MEASURED, str(runs), "--out", str(site), "--frames-per-cell",
-                           str(frames_per_cell)], check=True, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+                           str(frames_per_cell), "--thumb-grid", str(thumb_grid)], check=True, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - started
     thumbs = list((site / "thumbs").glob("*.jpg"))
     chunks = list((site / "chunks").rglob("*.js"))
@@ -140,8 +170,31 @@ def extrapolated(rows: list[tuple[int, dict[str, Any]]], cells: int, frames_per_
     return (f"marginal per cell: {per['wall_s'] * 1e3:.2f} ms, {per['data_bytes'] / 1e3:.2f} kB data, "
             f"{per['rss_mib'] * 1024:.1f} KiB RSS\n"
             f"{cells} cells, extrapolated: {at['wall_s']:.0f} s, RSS {at['rss_mib']:.0f} MiB, "
-            f"data {at['data_bytes'] / 1e6:.0f} MB; thumbnails at most {cells * frames_per_cell * thumb / 1e6:.0f} MB "
-            f"({frames_per_cell}/cell x {thumb / 1e3:.1f} kB, none shared)")
+            f"data {at['data_bytes'] / 1e6:.0f} MB; thumbnails without a grid at most "
+            f"{cells * frames_per_cell * thumb / 1e6:.0f} MB ({frames_per_cell}/cell x {thumb / 1e3:.1f} kB, none "
+            "shared; copies share their videos: --paper-release measures thumbnails)")
+
+
+def paper(release: Path, cache: Path, work: Path, frames_per_cell: int, thumb_grid: int, keep: Path | None) -> int:
+    """:data:`PAPER_METHODS` on ``release``, viewed: the site per instance and extrapolated to the paper."""
+    for overrides in PAPER_METHODS:
+        judged_run(release, work / "runs", cache, overrides)
+    site = keep or work / "site"
+    got = build(work / "runs", site, frames_per_cell, thumb_grid)
+    instances = len(release_instances(load_release(release, check_videos=False)))
+    scale = PAPER_INSTANCES / instances
+    first = got["first_page_s"] or float("nan")
+    print(f"{instances} instances x {len(PAPER_METHODS)} methods, {frames_per_cell} thumbnails per cell, grid "
+          f"{thumb_grid} s: "
+          f"{got['wall_s']:.1f} s, RSS {got['rss_mib']:.0f} MiB, data {got['data_bytes'] / 1e6:.2f} MB, "
+          f"thumbs {got['thumbs']} ({got['thumb_bytes'] / 1e6:.2f} MB), chunks {got['chunks']} "
+          f"(largest {got['largest_chunk'] / 1e6:.2f} MB), first page {first:.2f} s")
+    print(f"per instance: data {got['data_bytes'] / instances / 1e3:.1f} kB, {got['thumbs'] / instances:.1f} "
+          f"thumbnails ({got['thumb_bytes'] / instances / 1e3:.1f} kB)")
+    print(f"x {scale:.1f} (the paper's {PAPER_INSTANCES} instances): data {got['data_bytes'] * scale / 1e6:.0f} MB, "
+          f"thumbnails {got['thumbs'] * scale:.0f} ({got['thumb_bytes'] * scale / 1e6:.0f} MB), site "
+          f"{(got['data_bytes'] + got['thumb_bytes']) * scale / 1e6:.0f} MB")
+    return 0
 
 
 def main() -> int:
@@ -150,9 +203,17 @@ def main() -> int:
     p.add_argument("--methods", type=int, default=10)
     p.add_argument("--frames", type=int, default=64, help="frames per request of the raw-video base run")
     p.add_argument("--frames-per-cell", type=int, default=8)
+    p.add_argument("--thumb-grid", type=int, default=DEFAULT_THUMB_GRID, help="apm-view --thumb-grid (seconds)")
     p.add_argument("--keep", type=Path, help="copy the last site here")
+    p.add_argument("--paper-release", type=Path, help="measure PAPER_METHODS on this paper-shaped release instead")
+    p.add_argument("--cache", type=Path, help="with --paper-release: its frame cache (read, never written)")
+    p.add_argument("--work", type=Path, help="with --paper-release: where the runs and site go (runs are reused)")
     args = p.parse_args()
     print(f"# {platform.node()} · {os.cpu_count()} CPUs · Python {platform.python_version()}")
+    if args.paper_release:
+        if not (args.cache and args.work):
+            p.error("--paper-release needs --cache and --work")
+        return paper(args.paper_release, args.cache, args.work, args.frames_per_cell, args.thumb_grid, args.keep)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         bases = real_runs(tmp, args.frames)
@@ -160,7 +221,7 @@ def main() -> int:
         rows = []
         for copies in args.copies:
             runs = sweep(bases, tmp / f"runs{copies}", args.methods, copies)
-            got = build(runs, tmp / f"site{copies}", args.frames_per_cell)
+            got = build(runs, tmp / f"site{copies}", args.frames_per_cell, args.thumb_grid)
             cells = per_key * copies * args.methods
             rows.append((cells, got))
             first = got["first_page_s"] or float("nan")

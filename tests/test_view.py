@@ -32,7 +32,9 @@ from apm.records.rundir import RunDir
 from apm.reduce import load_runs, score_table
 from apm.synth import generate
 from apm.video.cache import FrameCache
-from apm.view.collect import strip
+from apm.video.thumbnails import recorded_frame
+from apm.view.collect import on_grid, strip, thumbed
+from apm.view.site import DEFAULT_FRAMES_PER_CELL, DEFAULT_THUMB_GRID
 
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -74,7 +76,7 @@ def chunk(site: Path, name: str) -> dict[str, Any]:
 
 def page_instances(site: Path) -> list[dict[str, Any]]:
     """The instances whole, in page order, assembled as the page does from their chunks: the instance's own
-    fields, ``by`` (each method's cell) and ``texts`` (each method's prompt texts by digest)."""
+    fields, ``by`` (each method's cell) and ``texts`` (the prompt texts its methods were sent, by digest)."""
     loaded: dict[str, dict[str, Any]] = {}
     rows = []
     data = page_data(site)
@@ -85,8 +87,8 @@ def page_instances(site: Path) -> list[dict[str, Any]]:
         for name in (own, *cells.values()):
             loaded.setdefault(name, chunk(site, name))
         by = {h: loaded[name]["rows"][entry["key"]] for h, name in cells.items()}
-        texts = {h: loaded[name]["texts"] for h, name in cells.items()}
-        rows.append({**loaded[own]["rows"][entry["key"]], "differs": entry["differs"], "by": by, "texts": texts})
+        rows.append({**loaded[own]["rows"][entry["key"]], "differs": entry["differs"], "by": by,
+                     "texts": loaded[own]["texts"]})
     return rows
 
 
@@ -115,8 +117,9 @@ def test_data_holds_every_record_with_its_judgement_and_frames(built: dict[str, 
         for h, v in inst["by"].items():
             record = by_method[h][inst["key"]]
             assert (v["output"], v["answer"], v["decision"]) == (record["output"], record["answer"], record["decision"])
-            assert [(f["session"], f["offset"], f["wall_clock"]) for f in v["frames"]] == [
-                (f["session"], f["offset"], f["wall_clock"]) for f in record["frames"]]
+            assert [(f["i"], f["session"], f["offset"], f["wall_clock"]) for f in v["frames"]] == [
+                (i, *(record["frames"][i][k] for k in ("session", "offset", "wall_clock")))
+                for i in thumbed(record["frames"], DEFAULT_FRAMES_PER_CELL, DEFAULT_THUMB_GRID)]
             assert all(f.get("src") for f in v["frames"]), v["frames"]
             judgement = judged.get((h, inst["key"]))
             assert (v["judgement"] or {}).get("justification") == (judgement or {}).get("justification")
@@ -190,7 +193,7 @@ def test_each_cell_shows_the_prompt_sent_checked_against_its_digest(built: dict[
             assert v["sent"] == {"messages": record["prompt"]}
             run_dir = next(d for d in built["dirs"] if records(d)[0]["run"]["config_hash"] == h)
             canon = restore(v["sent"]["messages"], record["frames"], record["prompt_sha256"],
-                            lambda digest: inst["texts"][h][digest])
+                            lambda digest: inst["texts"][digest])
             assert canon == restore(record["prompt"], record["frames"], record["prompt_sha256"], reader(run_dir))
 
 
@@ -205,9 +208,9 @@ def test_a_record_without_a_kept_prompt_says_so(built: dict[str, Any], tmp_path:
 
 @pytest.fixture(scope="module")
 def capped(built: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same runs' site with 3 thumbnails per cell."""
+    """The same runs' site with 3 thumbnails per cell, evenly spread (no grid)."""
     site = tmp_path_factory.mktemp("capped") / "site"
-    assert view([str(built["runs"]), "--out", str(site), "--frames-per-cell", "3"]) == 0
+    assert view([str(built["runs"]), "--out", str(site), "--frames-per-cell", "3", "--thumb-grid", "0"]) == 0
     return site
 
 
@@ -247,7 +250,78 @@ def test_frames_per_cell_are_capped_with_the_full_strip_kept(built: dict[str, An
             assert v["frames"][0]["i"] == 0 and v["frames"][-1]["i"] == len(record["frames"]) - 1
         for f in v["frames"]:
             assert record["frames"][f["i"]]["wall_clock"] == f["wall_clock"]
-    assert len(list((capped / "thumbs").glob("*.jpg"))) < len(list((built["site"] / "thumbs").glob("*.jpg")))
+    sent = {(r["trajectory_id"], f["session"], f["offset"]) for m in built["records"].values() for r in m.values()
+            for f in r["frames"]}
+    assert len(list((capped / "thumbs").glob("*.jpg"))) < len(sent)
+
+
+def test_thumbed_keeps_the_ends_and_only_grid_frames_between() -> None:
+    frames = [{"session": "S", "offset": float(o)} for o in (3, 10, 20, 25, 30, 40, 50, 57)]
+    assert thumbed(frames, 0, 10) == list(range(8))
+    assert thumbed(frames, 4, 0) == [0, 2, 5, 7]  # evenly spread, as uniform_indices
+    assert thumbed(frames, 8, 10) == [0, 1, 2, 4, 5, 6, 7]  # 25 s is off the 10 s grid
+    assert thumbed(frames, 4, 10) == [0, 1, 6, 7]  # 2 of the 5 grid frames between, evenly spread
+    assert thumbed(frames, 8, 7) == [0, 7] and thumbed(frames, 1, 10) == [7]
+    assert on_grid({"offset": 120.0}, 60) and not on_grid({"offset": 60.5}, 60)
+
+
+GRID = 10
+"""The grid of the gridded site (seconds): the tiny release's sessions last about 45 s."""
+
+
+@pytest.fixture(scope="module")
+def gridded(built: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The runs of ``built`` and raw video x oracle at 64 frames (thumbnails of most cached seconds),
+    viewed with no grid, with a 10 s grid, and with it again."""
+    tmp = tmp_path_factory.mktemp("gridded")
+    cache = built["runs"].parent / "cache"
+    wide = run(compose_run(built["release"], tmp / "wide", cache,
+                           ["memory=raw_video", "backbone=oracle", "backbone.max_frames=64"]))
+    assert judge([str(wide), "judge=gate_only"]) == 0
+    sites = {}
+    for name, grid in (("flat", 0), ("grid", GRID), ("again", GRID)):
+        sites[name] = tmp / name
+        assert view([str(built["runs"]), str(tmp / "wide"), "--out", str(sites[name]), "--thumb-grid", str(grid)]) == 0
+    by_method = {**built["records"], records(wide)[0]["run"]["config_hash"]: {r["key"]: r for r in records(wide)}}
+    return {**sites, "records": by_method, "cache": cache}
+
+
+def test_a_thumbnail_grid_bounds_the_site(built: dict[str, Any], gridded: dict[str, Any]) -> None:
+    """Issue 23.8: with a grid of G s a site's thumbnails are at most the grid's points of the sessions'
+    cached videos plus the cells' first and last frames, on runs whose thumbnails without one exceed that;
+    each thumbnail between a cell's ends is on the grid, each is of a frame its record lists, and the
+    page says the rule."""
+    release = load_release(built["release"], check_videos=False)
+    cache = FrameCache(str(gridded["cache"]))
+    points = sum(len(range(0, cache.entry(s.video).count, GRID)) for t in release.trajectories for s in t.sessions)
+    ends = {(r["trajectory_id"], r["frames"][i]["session"], r["frames"][i]["offset"])
+            for method in gridded["records"].values() for r in method.values() if r["frames"] for i in (0, -1)}
+    bound = points + len(ends)
+    files = {name: {p.name for p in (gridded[name] / "thumbs").glob("*.jpg")} for name in ("flat", "grid")}
+    assert len(files["flat"]) > bound >= len(files["grid"]), (len(files["flat"]), bound, len(files["grid"]))
+    shown = set()
+    for inst in page_instances(gridded["grid"]):
+        trajectory = release.trajectory(inst["trajectory_id"])
+        for h, v in inst["by"].items():
+            sent = gridded["records"][h][inst["key"]]["frames"]
+            for f in v["frames"]:
+                assert (f["session"], f["offset"]) == (sent[f["i"]]["session"], sent[f["i"]]["offset"])
+                assert f["i"] in (0, len(sent) - 1) or on_grid(f, GRID), (f, len(sent))
+                video = trajectory.session(f["session"]).video
+                assert f["src"] == f"thumbs/{recorded_frame(cache, video, f['offset']).name}"
+                shown.add(f["src"].removeprefix("thumbs/"))
+    assert shown == files["grid"]
+    assert f"multiple of {GRID} s" in page_data(gridded["grid"])["notes"]["thumbnails"]
+    assert "evenly spread" in page_data(gridded["flat"])["notes"]["thumbnails"]
+
+
+def test_the_gridded_site_is_deterministic(gridded: dict[str, Any]) -> None:
+    """Two builds of the same runs with the same grid write the same bytes: data, chunks and thumbnails."""
+    def written(site: Path) -> dict[str, bytes]:
+        return {p.relative_to(site).as_posix(): p.read_bytes() for p in sorted(site.rglob("*"))
+                if p.is_file() and p.name != ".apm-output.json"}
+
+    assert written(gridded["grid"]) == written(gridded["again"])
 
 
 def test_chunks_are_per_task_and_method_and_bounded(built: dict[str, Any], tmp_path: Path,
@@ -359,6 +433,7 @@ def test_task_filter_shows_the_records_side_by_side(built: dict[str, Any], brows
 
     open_page(browser, built["site"])
     by_method = built["records"]
+    assert f"Thumbnails: at most {DEFAULT_FRAMES_PER_CELL} per cell" in browser.find_element("id", "notes").text
     Select(browser.find_element("id", "f-task")).select_by_value("ER")
     expected = [k for k in built["order"] if next(iter(by_method.values())).get(k, {}).get("task") == "ER"]
     rows = shown(browser)
@@ -371,8 +446,10 @@ def test_task_filter_shows_the_records_side_by_side(built: dict[str, Any], brows
             assert section.get_attribute("data-answer") == (record["answer"] or "")
             assert section.get_attribute("data-outcome") == ("right" if right(record) else "wrong")
             captions = [c.text for c in section.find_elements("css selector", ".frames figcaption")]
-            assert len(captions) == len(record["frames"]) > 0
-            assert all(f["wall_clock"] in c for f, c in zip(record["frames"], captions))
+            places = thumbed(record["frames"], DEFAULT_FRAMES_PER_CELL, DEFAULT_THUMB_GRID)
+            assert len(captions) == len(places) > 0
+            assert all(c.startswith(f"#{i + 1} ") and record["frames"][i]["wall_clock"] in c
+                       for i, c in zip(places, captions))
             assert record["output"] in section.find_element("css selector", "pre.output").text
     assert "#task=ER" in browser.current_url
 

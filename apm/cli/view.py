@@ -12,7 +12,7 @@ from apm.errors import OneLineParser, console_script, note_skipped
 from apm.records.atomic import OutputRefused
 from apm.reduce import UnmatchedPreference
 from apm.view.collect import ReleaseChanged
-from apm.view.site import DEFAULT_FRAMES_PER_CELL, PROG, build_site
+from apm.view.site import DEFAULT_FRAMES_PER_CELL, DEFAULT_THUMB_GRID, PROG, build_site
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,6 +26,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--frames-per-cell", type=int, default=DEFAULT_FRAMES_PER_CELL, metavar="N",
                    help="thumbnails per method cell, evenly spread with the first and last "
                         f"(default {DEFAULT_FRAMES_PER_CELL}; 0: every frame); the full strip is one click away")
+    p.add_argument("--thumb-grid", type=int, default=DEFAULT_THUMB_GRID, metavar="S",
+                   help="between a cell's first and last frame, thumbnail only frames at a multiple of S seconds "
+                        f"of their session's video, shared across cells (default {DEFAULT_THUMB_GRID}; 0: evenly "
+                        "spread over all frames)")
     return p
 
 
@@ -38,9 +42,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser().error("--thumb-side must be at least 16")
     if args.frames_per_cell < 0:
         parser().error("--frames-per-cell must be 0 (every frame) or more")
+    if args.thumb_grid < 0:
+        parser().error("--thumb-grid must be 0 (no grid) or more seconds")
     started = time.perf_counter()
     try:
-        site = build_site(args.runs, args.out, args.judge, args.thumb_side, args.frames_per_cell)
+        site = build_site(args.runs, args.out, args.judge, args.thumb_side, args.frames_per_cell,
+                          args.thumb_grid)
     except (OutputRefused, ReleaseChanged, UnmatchedPreference) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2

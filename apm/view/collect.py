@@ -284,14 +284,35 @@ class Releases:
         return [v for v in self._loaded.values() if isinstance(v, str)]
 
 
+def on_grid(frame: Mapping[str, Any], grid: int) -> bool:
+    """Whether a recorded frame's offset is an exact multiple of ``grid`` seconds from its session's start."""
+    return Fraction(str(frame["offset"])) % grid == 0
+
+
+def thumbed(frames: Sequence[Mapping[str, Any]], cap: int, grid: int = 0) -> list[int]:
+    """The places among ``frames`` that get a thumbnail. ``cap`` 0: every frame. Else without a ``grid``:
+    ``cap`` of them evenly spread with the first and the last (:func:`uniform_indices`); with a ``grid``
+    (seconds): the first and the last, and of the frames between them only those on the grid
+    (:func:`on_grid`), evenly spread up to ``cap`` in all; so every thumbnail of a site but the cells' own
+    first and last frames is one of the grid's, shared by every probe and method that sent that frame."""
+    n = len(frames)
+    if not cap:
+        return list(range(n))
+    if not grid or n <= 2:
+        return uniform_indices(n, cap)
+    inner = [i for i in range(1, n - 1) if on_grid(frames[i], grid)]
+    ends = [0, n - 1] if cap > 1 else [n - 1]
+    return sorted([*ends, *(inner[j] for j in uniform_indices(len(inner), max(0, cap - 2)))])
+
+
 def frame_views(record: Line, run: ViewedRun, release: Release | str, thumbs: Thumbnails,
-                cap: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The record's frames with thumbnails: up to ``cap`` of them (0: all), evenly spread with the first
-    and the last kept, each with its thumbnail's path (or why there is none) and its place ``i`` in the
-    record; and the full strip, every frame (:func:`strip`)."""
+                cap: int = 0, grid: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The record's frames with thumbnails (:func:`thumbed`: up to ``cap``, 0: all; on a ``grid`` of seconds
+    between the first and the last, 0: evenly spread), each with its thumbnail's path (or why there is
+    none) and its place ``i`` in the record; and the full strip, every frame (:func:`strip`)."""
     frames = record.get("frames") or []
     out = []
-    for i in uniform_indices(len(frames), cap or len(frames)):
+    for i in thumbed(frames, cap, grid):
         frame = frames[i]
         view: dict[str, Any] = {"i": i, **{k: frame.get(k) for k in ("session", "offset", "wall_clock")}}
         try:
@@ -369,20 +390,23 @@ INSTANCE_FIELDS = ("task", "family", "polarity", "probe_id", "trajectory_id", "c
 @dataclass
 class Row:
     """What the page keeps of one instance key while its records stream past: where and when it is
-    probed (from its first record), and each method's answer, decision, outcome and chunk."""
+    probed (from its first record), each method's answer, decision, outcome and chunk, and the prompt
+    texts its methods were sent (by digest: a text sent by several methods is held, and written, once)."""
 
     fields: dict[str, Any]
     answers: dict[str, tuple[Any, Any, str]] = field(default_factory=dict)
     chunks: dict[str, int] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, record: Line) -> Row:
         return cls({**{k: record.get(k) for k in INSTANCE_FIELDS},
                     "session": f"{record.get('day_id')}/{record.get('session_id')}"})
 
-    def add(self, config_hash: str, view: Mapping[str, Any], chunk: int) -> None:
+    def add(self, config_hash: str, view: Mapping[str, Any], chunk: int, texts: Mapping[str, str]) -> None:
         self.answers[config_hash] = (view["answer"], view["decision"], view["outcome"])
         self.chunks[config_hash] = chunk
+        self.texts.update(texts)
 
     @property
     def differs(self) -> bool:
@@ -423,10 +447,11 @@ class Views:
             check_release(run, releases.get(run.dataset_root))
         return cls(dirs, runs, judgements, releases, methods(runs, dirs), judge)
 
-    def cells(self, thumbs: Thumbnails, cap: int) -> Iterator[tuple[Line, dict[str, Any], dict[str, str]]]:
-        """Each chosen record with its view (frames capped to ``cap``, 0: all) and its prompt's texts."""
+    def cells(self, thumbs: Thumbnails, cap: int,
+              grid: int = 0) -> Iterator[tuple[Line, dict[str, Any], dict[str, str]]]:
+        """Each chosen record with its view (thumbnails as :func:`thumbed` picks them) and its prompt's texts."""
         for run, record in chosen_records(self.runs.records, self.dirs):
-            frames, every = frame_views(record, run, self.releases.get(run.dataset_root), thumbs, cap)
+            frames, every = frame_views(record, run, self.releases.get(run.dataset_root), thumbs, cap, grid)
             sent, texts = sent_prompt(record, run)
             judgement = self.judgements.get((str(record["run"]["config_hash"]), record["key"]))
             yield record, record_view(record, judgement, frames, every, sent), texts

@@ -4,9 +4,11 @@
 are scripts loaded by ``<script>`` tags, so ``file://`` works without fetch or CORS: ``data.js``
 (``window.APM_VIEW = {…}``) holds the methods, their scores and what the filters need of every
 instance; ``chunks/<task>/<part>-<n>.js`` (``APM_VIEW_CHUNK(name, {rows, texts})``) hold, per task, the
-instances' own fields (part ``i``) and each method's cells (part ``m<index>``), written as the records
-stream past (:class:`Chunks`, at most :data:`CHUNK` rows and :data:`CHUNK_BYTES` each) and loaded only for
-the rows and methods on screen, so a sweep at the paper's scale stays quick to open and to build.
+instances' own fields and the prompt texts their methods were sent (part ``i``; a text is in a chunk
+once, however many methods and rows sent it) and each method's cells (part ``m<index>``, no texts),
+written as the records stream past (:class:`Chunks`, at most :data:`CHUNK` rows and :data:`CHUNK_BYTES`
+each) and loaded only for the rows and methods on screen, so a sweep at the paper's scale stays quick
+to open and to build.
 Thumbnails are files under ``thumbs/``.
 """
 
@@ -34,6 +36,11 @@ CHUNK_BYTES = 2_000_000
 """Bytes per chunk file at most (a single row larger than this is a chunk of its own)."""
 DEFAULT_FRAMES_PER_CELL = 8
 """Thumbnails per method cell unless ``--frames-per-cell`` says otherwise, as ``apm-publish``'s strips."""
+DEFAULT_THUMB_GRID = 120
+"""Seconds of the grid that a cell's thumbnails between its first and last frame lie on unless
+``--thumb-grid`` says otherwise (:func:`apm.view.collect.thumbed`): a site's thumbnails are then at most
+one per two minutes of each session's cached video plus the cells' first and last frames (at the
+paper's scale ~3.6k grid points and ~15k ends, ~60 MB at 160 px: docs/performance.md, "Viewer")."""
 FILTER_FIELDS = ("key", "task", "family", "polarity")
 INSTANCE_PART = "i"
 """The chunks of a task holding its instances' own fields (method cells are ``m<index>``)."""
@@ -141,37 +148,51 @@ def filter_entry(key: str, row: Row, chunk: int, method_ids: Sequence[str]) -> d
             "chunk": chunk, "cells": [row.chunks.get(h) for h in method_ids]}
 
 
-def write_data(stage: Path, views: Views, thumbs: Thumbnails, frames_per_cell: int) -> tuple[int, Chunks]:
+def thumbnail_note(frames_per_cell: int, grid: int) -> str:
+    """What the page says of its thumbnails: which frames of a cell have one (:func:`apm.view.collect.thumbed`)."""
+    if not frames_per_cell:
+        return "Thumbnails: every frame sent."
+    spread = (f"the first and the last frame sent and, between them, only frames at a multiple of {grid} s of "
+              "their session's video (shared by every probe and method that sent them)") if grid else \
+        "evenly spread with the first and the last"
+    return (f"Thumbnails: at most {frames_per_cell} per cell, {spread}; \"all N frames\" lists every frame "
+            "sent.")
+
+
+def write_data(stage: Path, views: Views, thumbs: Thumbnails, frames_per_cell: int,
+               grid: int = 0) -> tuple[int, Chunks]:
     """The chunks, streamed as the records are read, then ``data.js``: methods, scores and the filter
     entry of every instance; returns the instance count and the chunk writer."""
     chunks = Chunks(stage / "chunks")
     part = {m["id"]: f"m{i}" for i, m in enumerate(views.methods)}
     rows: dict[str, Row] = {}
-    for record, view, texts in views.cells(thumbs, frames_per_cell):
+    for record, view, texts in views.cells(thumbs, frames_per_cell, grid):
         h, key = str(record["run"]["config_hash"]), record["key"]
         row = rows.setdefault(key, Row.of(record))
-        row.add(h, view, chunks.add(str(record.get("task")), part[h], key, view, texts))
+        row.add(h, view, chunks.add(str(record.get("task")), part[h], key, view, {}), texts)
     index = []
     for key in views.in_release_order(rows):
         row = rows.pop(key)
         own = chunks.add(str(row.fields["task"]), INSTANCE_PART, key,
-                         instance_view(key, row, views.releases.instances.get(key)), {})
+                         instance_view(key, row, views.releases.instances.get(key)), row.texts)
         index.append(filter_entry(key, row, own, list(part)))
     chunks.close()
-    (stage / "data.js").write_text(script("window.APM_VIEW = (", {**views.head(), "instances": index}),
-                                   encoding="utf-8")
+    head = views.head()
+    head["notes"]["thumbnails"] = thumbnail_note(frames_per_cell, grid)
+    (stage / "data.js").write_text(script("window.APM_VIEW = (", {**head, "instances": index}), encoding="utf-8")
     return len(index), chunks
 
 
 def build_site(paths: Iterable[str | Path], out: Path, judge: str | None = None, thumb_side: int = 160,
-               frames_per_cell: int = DEFAULT_FRAMES_PER_CELL) -> Site:
+               frames_per_cell: int = DEFAULT_FRAMES_PER_CELL, thumb_grid: int = DEFAULT_THUMB_GRID) -> Site:
     """Write the viewer of the run dirs at or below ``paths`` into ``out`` (a folder ``apm-view`` may
     own, :func:`apm.records.atomic.claim_output`): replaced whole, or left as it was if anything fails.
-    ``frames_per_cell`` caps the thumbnails of a method's cell (0: every frame)."""
+    ``frames_per_cell`` caps the thumbnails of a method's cell (0: every frame), ``thumb_grid`` (seconds,
+    0: none) is the grid its thumbnails between the first and last frame lie on."""
     with replaced_output(out, PROG) as stage:
         thumbs = Thumbnails(stage, thumb_side)
         views = Views.read(paths, judge)
-        instances, chunks = write_data(stage, views, thumbs, frames_per_cell)
+        instances, chunks = write_data(stage, views, thumbs, frames_per_cell, thumb_grid)
         for name in PAGE_FILES:
             (stage / name).write_bytes(ASSETS.joinpath(name).read_bytes())
     return Site(out / "index.html", instances, len(views.methods), len(thumbs), thumbs.bytes, chunks.written,

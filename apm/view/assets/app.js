@@ -86,7 +86,7 @@
     $("summary").textContent = `${n} instances × ${D.methods.length} methods. Each method's "prompt sent" is the ` +
       "text its backbone received, kept beside the records and checked against the record's prompt_sha256; " +
       "\"Asked\" lists the release fields that fill the Appendix E templates.";
-    const notes = [...D.notes.releases, ...D.notes.skipped_lines.map((s) => `skipped line ${s}`)];
+    const notes = [D.notes.thumbnails, ...D.notes.releases, ...D.notes.skipped_lines.map((s) => `skipped line ${s}`)];
     $("notes").replaceChildren(...notes.map((s) => el("li", {}, s)));
   }
 
@@ -234,7 +234,6 @@
 
   function methodView(inst, m) {
     const v = inst.by[m.id];
-    const texts = inst.texts[m.id] || {};
     const head = el("h3", { title: m.config_hash }, m.label);
     if (!v) return el("section", { className: "method absent", "data-method": m.id }, head, el("p", {}, "no record"));
     const sent = v.strip.count;
@@ -248,7 +247,7 @@
     el("div", { className: "verdict" }, verdict(inst, v)),
     el("div", { className: "frames", "data-count": sent }, v.frames.map(frame)),
     sent > v.frames.length ? fullStrip(v, sent) : null,
-    sentPrompt(v, texts),
+    sentPrompt(v, inst.texts),
     dl([
       ["frames", sent > v.frames.length ? `${sent} sent, ${v.frames.length} shown` : `${sent} sent`],
       ["output", el("pre", { className: "output" }, v.output ?? "")],
@@ -281,17 +280,17 @@
       grid);
   }
 
-  // One instance whole from its loaded chunks: its own fields, and each shown method's cell and texts.
+  // One instance whole from its loaded chunks: its own fields and the prompt texts its methods were sent
+  // (by digest, in its own chunk), and each shown method's cell.
   function assemble(e, off) {
     const by = {};
-    const texts = {};
     for (const [i, m] of D.methods.entries()) {
       const name = cellChunk(e, i);
       if (!name || off.has(m.id)) continue;
       by[m.id] = chunks[name].rows[e.key];
-      texts[m.id] = chunks[name].texts;
     }
-    return { ...chunks[ownChunk(e)].rows[e.key], differs: e.differs, by, texts };
+    const own = chunks[ownChunk(e)];
+    return { ...own.rows[e.key], differs: e.differs, by, texts: own.texts };
   }
 
   function render() {
