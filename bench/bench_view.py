@@ -29,7 +29,8 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 
 from apm.cli.judge import main as judge
-from apm.runner.app import CONF_DIR, run_async, run_dir_of
+from apm.configs import CONF_DIR
+from apm.runner.app import run_async, run_dir_of
 from apm.synth import generate
 
 PAPER_INSTANCES = 5_631
