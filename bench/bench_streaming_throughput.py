@@ -61,9 +61,12 @@ def repeated_release(source: Path, out: Path, copies: int) -> Path:
     return out
 
 
-def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
+def start_server(latency: float, reply: str | None = None) -> tuple[subprocess.Popen[str], str]:
+    """The fake server in a subprocess, answering every request after ``latency`` s (with ``reply``, else its
+    default ``{"answer":"A"}``); it and its base URL."""
     proc = subprocess.Popen([sys.executable, "-m", "apm.testing.fake_server", "--latency", str(latency),
-                             "--chunks", "8"], stdout=subprocess.PIPE, text=True)
+                             "--chunks", "8", *(["--reply", reply] if reply else [])],
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     base_url = f"http://127.0.0.1:{proc.stdout.readline().split()[1]}/v1"
     httpx.get(base_url.removesuffix("/v1") + "/health").raise_for_status()
