@@ -267,6 +267,11 @@ def values(model: type, name: str) -> tuple[Any, ...]:
     return get_args(next(t for t in (tp, *get_args(tp)) if get_origin(t) is Literal))
 
 
+def field_names(model: type) -> tuple[str, ...]:
+    """The names of a line model's fields, in order."""
+    return tuple(f.name for f in fields(model))
+
+
 def _model_in(tp: Any) -> type | None:
     """The line model a field's type holds (through ``X | None`` and ``Annotated``), else None."""
     for t in (tp, *get_args(tp)):
