@@ -13,8 +13,9 @@ import msgspec
 import orjson
 import pytest
 
+from apm.cli.reduce import main
 from apm.records.lines import Kind, Skipped, read_lines, read_typed
-from apm.reduce import load
+from apm.reduce import load, units
 from apm.testing import fixtures
 
 JUNK = [None, 99, -3, 0, 1.5, 1e308, -1e-300, 2**63, 2**64 - 1, 2**64, "", "x" * 50, "ok", "failed", "ER",
@@ -118,3 +119,18 @@ def test_the_run_block_is_derived_once_per_file_whatever_its_lines(tmp_path: Pat
     assert (len(few), len(many)) == (3, 300)
     assert calls[0] - per_file == per_file > 0  # 100× the lines, the same derivations
     assert many["memory_config"].astype(str).unique().tolist() == few["memory_config"].astype(str).unique().tolist()
+
+
+def test_a_reduction_builds_its_candidate_units_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unjudged count and both score views share one join of records with judgements (issue 24)."""
+    calls = [0]
+    real = units.with_judge_scores
+
+    def counting(*args: Any) -> Any:
+        calls[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(units, "with_judge_scores", counting)
+    root = fixtures.small_run_set(tmp_path / "runs")
+    assert main([str(root), "--out", str(tmp_path / "out"), "--bootstrap", "0", "--no-figures"]) == 0
+    assert calls[0] == 1
