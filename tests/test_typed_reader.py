@@ -21,8 +21,10 @@ from apm.testing import fixtures
 JUNK = [None, 99, -3, 0, 1.5, 1e308, -1e-300, 2**63, 2**64 - 1, 2**64, "", "x" * 50, "ok", "failed", "ER",
         "positive", "SILENT", True, False, [], {}, {"a": [1]}, {"ttft_s": "fast"}, {"ttft_s": 1, "mode": 3},
         "\u202e\x00"]
-"""Values a mutation puts in a field: every type, and the edge values of each check (no number beyond a
-double's range: see test_a_number_beyond_a_double_in_an_unread_field_is_read)."""
+"""Values a mutation puts in a field: every type, and the edge values of each check."""
+UNREAD = [b"1e999", b"-1.8E+308", b"9" * 320, b"1e-999", b"1.5e300", b'"\xff"', b'"\xc3\xa9"', b'"\xed\xa0\x80"']
+"""Raw values a mutation puts in a field no check reads: numbers beyond (and within) a double's range,
+bytes that are not UTF-8 (and one that is); orjson refuses the first kind, msgspec skips them unread."""
 
 
 def _mutate(rng: random.Random, line: dict[str, Any]) -> bytes:
@@ -38,6 +40,7 @@ def _mutate(rng: random.Random, line: dict[str, Any]) -> bytes:
         lambda: raw[: rng.randrange(len(raw))],
         lambda: bytes(b ^ 0xFF if rng.random() < 0.02 else b for b in raw),
         lambda: raw.replace(b"{", b"[" * 995 + b"{", 1) + b"]" * 995,  # deeper than msgspec's limit
+        lambda: raw[:-1] + b', "unread": ' + rng.choice(UNREAD) + b"}",
     ]
     if nested:
         inner = rng.choice(sorted(nested))
@@ -82,13 +85,19 @@ def _same_number(typed: Any, read: Any) -> bool:
     return isinstance(typed, float) and isinstance(read, int) and float(read) == typed
 
 
-def test_a_number_beyond_a_double_in_an_unread_field_is_read(tmp_path: Path) -> None:
-    """The one difference: orjson refuses a number beyond a double's range anywhere in a line; the typed
-    decoder skips fields no check reads without converting their numbers (docs/records.md)."""
+@pytest.mark.parametrize("unread", UNREAD)
+def test_a_field_no_check_reads_is_still_valid_json_to_both_readers(tmp_path: Path, unread: bytes) -> None:
+    """orjson refuses a number beyond a double's range and a byte that is not UTF-8 anywhere in a line;
+    the typed decoder skips such a field unread, so the typed reader leaves those lines to the dict path."""
     path = tmp_path / "records.jsonl"
-    path.write_bytes(orjson.dumps({**fixtures.record("ER", "C1"), "frames": []})[:-1] + b', "x": 1e999}\n')
-    assert list(read_lines(path, "records")) == []
-    assert len(read_typed(path, "records").lines) == 1
+    path.write_bytes(orjson.dumps({**fixtures.record("ER", "C1"), "frames": []})[:-1] + b', "x": ' + unread + b"}\n")
+    by_dict: list[Skipped] = []
+    by_type: list[Skipped] = []
+    lines = list(read_lines(path, "records", by_dict))
+    assert len(read_typed(path, "records", (), by_type).lines) == len(lines)
+    assert [str(s) for s in by_type] == [str(s) for s in by_dict]
+    refused = unread in (b"1e999", b"-1.8E+308", b"9" * 320, b'"\xff"', b'"\xed\xa0\x80"')
+    assert [s.reason for s in by_dict] == (["not valid JSON (or not UTF-8)"] if refused else [])
 
 
 def _count_run_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -134,3 +143,15 @@ def test_a_reduction_builds_its_candidate_units_once(tmp_path: Path, monkeypatch
     root = fixtures.small_run_set(tmp_path / "runs")
     assert main([str(root), "--out", str(tmp_path / "out"), "--bootstrap", "0", "--no-figures"]) == 0
     assert calls[0] == 1
+
+
+@pytest.mark.parametrize("status", ["absent", "bogus", 3])
+def test_a_judgements_status_is_typed_by_its_own_check_not_the_score_check(tmp_path: Path, status: Any) -> None:
+    """The score check reads ``status`` too; the status check's type (required, ok or failed) still binds."""
+    line = fixtures.judgement(fixtures.record("ER", "C1"), None, status="failed")
+    line = {k: v for k, v in line.items() if k != "status"} if status == "absent" else {**line, "status": status}
+    path = fixtures.write_jsonl(tmp_path / "judgements.jsonl", [line])
+    by_type: list[Skipped] = []
+    assert read_typed(path, "judgements", (), by_type).lines == []
+    wrong = f"status: not one of ('ok', 'failed') ({str(status)!r})"
+    assert [s.reason for s in by_type] == ["status: missing" if status == "absent" else wrong]

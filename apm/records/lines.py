@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,7 +173,7 @@ def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> 
 
     An unterminated last line is a write in progress or a crash mid-write: skipped like the rest.
     """
-    for number, raw in _numbered(path, skipped):
+    for number, raw in _numbered(_contents(path, skipped)):
         if raw is None:
             reason: str | None = UNTERMINATED
         else:
@@ -191,15 +192,18 @@ def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> 
 UNTERMINATED = "unterminated last line (a crash mid-write)"
 
 
-def _numbered(path: Path, skipped: list[Skipped] | None) -> Iterator[tuple[int, bytes | None]]:
-    """The non-blank lines of a file with their numbers (an unterminated last one as None); an unreadable
-    file is appended to ``skipped`` (line 0) and has none."""
+def _contents(path: Path, skipped: list[Skipped] | None) -> bytes:
+    """A file's bytes; an unreadable file is appended to ``skipped`` (line 0) and has none."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as e:
         if skipped is not None:
             skipped.append(Skipped(path, 0, f"unreadable: {e.strerror or e}"))
-        return
+        return b""
+
+
+def _numbered(data: bytes) -> Iterator[tuple[int, bytes | None]]:
+    """The non-blank lines of a file's bytes with their numbers (an unterminated last one as None)."""
     lines = data.split(b"\n")
     for number, raw in enumerate(lines, start=1):
         if raw.strip():
@@ -242,10 +246,11 @@ def typed_line(kind: Kind, extra: tuple[str, ...] = ()) -> type[TypedLine]:
             fields += [(name, Any, None) for name in _RESIDUAL[check]]
         elif check is not _run:
             raise TypeError(f"{kind}: check {check.__name__} has no typed form (apm.records.lines)")
-    named = {f[0] for f in fields}
-    fields += [(name, Any, None) for name in extra if name not in named]
-    unique = list({f[0]: f for f in fields}.values())
-    line = msgspec.defstruct(f"Typed{kind.title()}Line", unique, bases=(TypedLine,), kw_only=True)
+    fields += [(name, Any, None) for name in extra]
+    unique: dict[str, tuple[Any, ...]] = {}
+    for f in fields:  # a field check's type wins over a residual check's or a reader's plain field
+        unique.setdefault(f[0], f)
+    line = msgspec.defstruct(f"Typed{kind.title()}Line", list(unique.values()), bases=(TypedLine,), kw_only=True)
     return cast(type[TypedLine], line)
 
 
@@ -280,7 +285,8 @@ def _after_decoding(kind: Kind) -> tuple[Callable[[Any], bool], ...]:
 
 def _checked(raw: bytes, kind: Kind, line_type: type[TypedLine]) -> TypedLine | str:
     """A line :func:`read_lines` would use, as a typed line, or why it would not (in the words of
-    :data:`CHECKS`): decoded as a dict and checked, for the few lines the typed decoder alone cannot settle."""
+    :data:`CHECKS`): decoded as a dict and checked, for the few lines the typed decoder alone cannot settle.
+    Its fields are the dict's values as they are (an integer stays one where the typed decoder gives a float)."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -288,12 +294,8 @@ def _checked(raw: bytes, kind: Kind, line_type: type[TypedLine]) -> TypedLine | 
     reason = problem(value, kind)
     if reason is not None:
         return reason
-    try:  # e.g. nesting deeper than msgspec's limit but within orjson's
-        line = msgspec.convert({k: v for k, v in value.items() if k != "run"}, line_type)
-    except (ValueError, RecursionError) as e:
-        return f"unreadable by the typed reader ({str(e)[:60]})"
-    line.run = msgspec.Raw(orjson.dumps(value["run"]))
-    return line
+    kept = {name: value[name] for name in line_type.__struct_fields__ if name in value and name != "run"}
+    return line_type(**kept, run=msgspec.Raw(orjson.dumps(value["run"])))
 
 
 def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[Skipped] | None = None,
@@ -304,8 +306,14 @@ def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[
     out = TypedLines()
     line_type = typed_line(kind, tuple(extra))
     blocks: dict[bytes, int | None] = {}
-    for number, raw in _numbered(path, skipped):
-        found = UNTERMINATED if raw is None else _decoded(raw, kind, line_type, blocks, out.runs)
+    data = _contents(path, skipped)
+    beyond = _beyond_double(data)
+    for number, raw in _numbered(data):
+        if raw is None:
+            found: tuple[TypedLine, int] | str = UNTERMINATED
+        else:
+            by_dict = number in beyond or not _is_utf8(raw)
+            found = _decoded(raw, kind, line_type, blocks, out.runs, by_dict)
         if isinstance(found, str):
             if skipped is not None:
                 skipped.append(Skipped(path, number, found))
@@ -317,24 +325,65 @@ def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[
     return out
 
 
-def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[bytes, int | None],
-             runs: list[dict[str, Any]]) -> tuple[TypedLine, int] | str:
-    """One line as a typed line and the index of its ``run`` block in ``runs`` (``blocks``: the index of
-    each distinct block seen in the file, None for an unusable one), or why it is unusable."""
+_BEYOND_DOUBLE = re.compile(rb"[:,\[][ \t\r]*-?(?:[0-9]{200}|[0-9]+(?:\.[0-9]+)?[eE][+-]?[0-9]{3})")
+"""What may start a JSON number beyond a double's range (about 1.8e308), which orjson refuses and msgspec
+skips unchecked in a field no check reads: an exponent of three digits or more, or 200 digits before
+it (those with a smaller exponent stay below 1e300). It also matches some numbers in range and some
+text inside strings; such lines are only read the slow way."""
+
+
+def _beyond_double(data: bytes) -> set[int]:
+    """The numbers of the lines of ``data`` (numbered as :func:`_numbered` numbers them) that
+    :data:`_BEYOND_DOUBLE` matches."""
+    numbers: set[int] = set()
+    line, at = 1, 0
+    for match in _BEYOND_DOUBLE.finditer(data):
+        line += data.count(b"\n", at, match.start())
+        at = match.start()
+        numbers.add(line)
+    return numbers
+
+
+def _is_utf8(raw: bytes) -> bool:
+    """Whether a line is UTF-8 throughout (orjson refuses any other byte; msgspec skips a field no
+    check reads without checking its bytes)."""
+    if raw.isascii():
+        return True
     try:
-        found: TypedLine | str = _decoder(line_type).decode(raw)
-    except (ValueError, RecursionError):  # msgspec.DecodeError, ValidationError, UnicodeDecodeError
-        found = _checked(raw, kind, line_type)
-    if isinstance(found, str):
-        return found
-    block = bytes(found.run)
-    if block not in blocks:
-        blocks[block] = _run_index(block, runs)
-    index = blocks[block]
-    if index is not None and all(ok(found) for ok in _after_decoding(kind)):
-        return found, index
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[bytes, int | None],
+             runs: list[dict[str, Any]], by_dict: bool) -> tuple[TypedLine, int] | str:
+    """One line as a typed line and the index of its ``run`` block in ``runs`` (``blocks``: the index of
+    each distinct block seen in the file, None for an unusable one), or why it is unusable. The typed
+    decoder settles a line it accepts whose run block and :func:`_after_decoding` checks pass; the dict
+    path (:func:`_checked`) settles every other line, and every line when ``by_dict`` (one the typed
+    decoder may accept and orjson not)."""
+    if not by_dict:
+        try:
+            typed = _decoder(line_type).decode(raw)
+        except (ValueError, RecursionError):  # msgspec.DecodeError, ValidationError, UnicodeDecodeError
+            pass
+        else:
+            block = bytes(typed.run)
+            if block not in blocks:
+                blocks[block] = _run_index(block, runs)
+            index = blocks[block]
+            if index is not None and all(ok(typed) for ok in _after_decoding(kind)):
+                return typed, index
     checked = _checked(raw, kind, line_type)
-    return checked if isinstance(checked, str) else "unreadable (the typed checks and CHECKS disagree)"
+    if isinstance(checked, str):
+        return checked
+    block = bytes(checked.run)  # a run block that passed CHECKS, so never one recorded as unusable
+    index = blocks.get(block)
+    if index is None:
+        runs.append(orjson.loads(block))
+        index = blocks[block] = len(runs) - 1
+    return checked, index
 
 
 def _run_index(block: bytes, runs: list[dict[str, Any]]) -> int | None:

@@ -230,7 +230,8 @@ def _frame(typed: TypedLines, fields: Sequence[Field]) -> pd.DataFrame:
 
 def _verifies(raw: bytes) -> bool:
     """Whether a judgement line verifies (:func:`apm.records.judging.verifies`) on the dict the judge's own
-    reader sees; a line orjson cannot read (a number beyond a double's range) does not."""
+    reader sees; a line orjson cannot read does not (read_typed leaves every line orjson refuses to the
+    dict path, which skips it; a reducer never raises on a line)."""
     try:
         return verifies(orjson.loads(raw))
     except orjson.JSONDecodeError:
