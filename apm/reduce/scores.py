@@ -24,7 +24,7 @@ from apm.reduce.metrics import (
     Metric,
     task_metrics,
 )
-from apm.reduce.units import ALL, UnitViews, candidate_units, trajectory_units, unit_views
+from apm.reduce.units import ALL, UnitViews, trajectory_units, unit_views
 
 SCORE_COLUMNS = [
     *METHOD, *CONFIG, "judge", "metric", "task", "value", "n", "n_error", "n_unparsed", "n_unjudged",
@@ -196,11 +196,6 @@ def judge_note(judgements: pd.DataFrame) -> str:
     pairs = sorted(set(zip(used["judge"].astype("str"), model, used["rubric_version"].astype("str"))))
     shown = "; ".join(f"{j} ({m}), rubric {r}" if m and m != j else f"{j}, rubric {r}" for j, m, r in pairs)
     return f"Judge: {shown}."
-
-
-def unjudged_probes(records: pd.DataFrame, judgements: pd.DataFrame) -> int:
-    """Gate-passing adaptive probes without a judgement (none on record, or the judge was unreachable)."""
-    return int(candidate_units(records, judgements)["unjudged"].sum())
 
 
 def method_info(records: pd.DataFrame) -> pd.DataFrame:

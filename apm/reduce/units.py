@@ -193,6 +193,11 @@ class UnitViews:
         """Gate-passing adaptive probes without an ok judgement (none on record, or the judge failed)."""
         return int(self.every["unjudged"].sum())
 
+    def unjudged_by_method(self) -> dict[str, int]:
+        """:attr:`unjudged` of each method (config hash) with units."""
+        sums = self.every["unjudged"].groupby(level="config_hash", observed=True).sum()
+        return {str(h): int(n) for h, n in sums.items()}
+
 
 def unit_views(records: pd.DataFrame, judgements: pd.DataFrame) -> UnitViews:
     """:class:`UnitViews` of ``records``: one join with the judgements, the answered view a row filter of it
