@@ -22,7 +22,7 @@ from apm.configs import CONF_DIR
 from apm.memory.base import History, MemoryProtocol
 from apm.memory.simple import SimpleStream
 from apm.records.declaration import Declaration, declared, run_declarations
-from apm.reduce.load import CONFIG, METHOD, RECORD_FIELDS
+from apm.reduce.load import CONFIG, METHOD, RUN_FIELDS
 from apm.reduce.names import row_label
 from apm.reduce.scores import read_scores
 from apm.runner.config import _locate, method_identity, register
@@ -63,8 +63,7 @@ def test_the_protocol_base_declares_nothing_so_a_new_protocol_is_never_persisten
 def _label(run_block: dict[str, Any]) -> str:
     """The row label reduce gives a run block (through the loader's own fields)."""
     wanted = set(METHOD + CONFIG)
-    line = {"run": run_block}
-    return row_label(SimpleNamespace(**{n: get(line) for n, get in RECORD_FIELDS if n in wanted}))
+    return row_label(SimpleNamespace(**{n: get(run_block) for n, get in RUN_FIELDS if n in wanted}))
 
 
 def _run_block(cfg: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from apm.cli.reduce import main as reduce_main
 from apm.judge.stage import JudgeStage, JudgeStats
 from apm.records.jsonl import read_folder
 from apm.reduce import load_runs
-from apm.reduce.scores import unjudged_probes
+from apm.reduce.units import unit_views
 from apm.runner.stops import RunStopped
 from apm.synth import generate
 
@@ -133,11 +133,11 @@ def test_an_edited_judgement_is_never_used_and_is_judged_again(run_dir, monkeypa
         with pytest.warns(UserWarning, match="do not verify"):
             runs = load_runs([run_dir])
         assert key not in set(runs.judgements["key"].astype(str))  # never used
-        assert unjudged_probes(runs.records, runs.judgements) == 1
+        assert unit_views(runs.records, runs.judgements).unjudged == 1
         again = judge_once(judge_at(srv.base_url, monkeypatch), run_dir)
     assert again.calls == 1 and again.rejected == 1 and again.cached == n - 1  # redone, not a deadlock
     runs = load_runs([run_dir])
-    assert unjudged_probes(runs.records, runs.judgements) == 0
+    assert unit_views(runs.records, runs.judgements).unjudged == 0
     assert set(runs.judgements["score"]) == {4.0}
 
 

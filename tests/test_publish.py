@@ -36,15 +36,19 @@ from apm.cli.reduce import main as reduce_main
 from apm.data.release import load_release
 from apm.data.tasks import TASKS
 from apm.publish import PublishOptions, publish
+from apm.publish.axes import judge_summary, metric_summary
 from apm.publish.instances import checkpoint, probe_point
+from apm.publish.source import read_methods
 from apm.publish.thumbnails import GAP, HEIGHT, MAX_THUMBNAILS, spread
 from apm.publish.wandb_runs import parts, run_id
 from apm.records.atomic import MARKER, OUTPUT_LOCK
 from apm.records.jsonl import latest_records
 from apm.records.lock import WriterLock
 from apm.records.prompts import as_text, reader, restore
+from apm.reduce import units
 from apm.reduce.scores import read_scores
 from apm.synth import generate
+from apm.testing import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 WANDB = Path(sys.executable).parent / "wandb"
@@ -291,6 +295,26 @@ def test_publish_imports_only_the_layers_below_it():
     names = {n.module or "" for n in nodes if isinstance(n, ast.ImportFrom)}
     names |= {a.name for n in nodes if isinstance(n, ast.Import) for a in n.names}
     assert {m for m in names if m.startswith("apm") and not m.startswith(allowed)} == set()
+
+
+def test_a_publish_builds_its_candidate_units_once(tmp_path, monkeypatch):
+    """The score table and each method's unjudged count (in its reduce and judge summaries) share one join
+    of records with judgements, as apm-reduce's do (issue 24); the count is the reduction's."""
+    root = fixtures.small_run_set(tmp_path / "runs")
+    shard = root / "main" / "judgements" / "shard-0.jsonl"
+    shard.write_text("".join(shard.read_text().splitlines(keepends=True)[1:]))  # one probe left unjudged
+    calls = [0]
+    real = units.with_judge_scores
+
+    def counting(*args):
+        calls[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(units, "with_judge_scores", counting)
+    methods = read_methods(root / "main", None, None, 0, 0)
+    counts = [(metric_summary(m)["unjudged"], judge_summary(m)["unjudged"]) for m in methods]
+    assert calls[0] == 1
+    assert counts == [(1, 1)]
 
 
 def test_probe_checkpoint_text_follows_the_probe_id(release):

@@ -20,8 +20,9 @@ from apm.reduce.figures import write_figures
 from apm.reduce.load import MixedReleases, RunSet, UnmatchedPreference, check_preference, load_runs, one_release
 from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
-from apm.reduce.scores import judge_note, score_table, unjudged_probes
+from apm.reduce.scores import judge_note, score_table
 from apm.reduce.tables import coverage_gaps, method_rows, write_tables
+from apm.reduce.units import unit_views
 
 PROG = "apm-reduce"
 
@@ -127,14 +128,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if runs is not None:
             one_release(runs.records)
             check_preference(runs.judgements, args.judge, args.rubric)
-        unjudged = unjudged_probes(runs.records, runs.judgements) if runs is not None else 0
+        units = unit_views(runs.records, runs.judgements) if runs is not None else None
+        unjudged = units.unjudged if units is not None else 0
         if unjudged and not args.allow_unjudged:
             print(f"apm-reduce: {unjudged} gate-passing adaptive probe(s) have no judgement (none, a failed one, or "
                   "one that does not verify); run apm-judge on these run dirs first, it asks them again (or pass "
                   "--allow-unjudged to show – for the affected scores)", file=sys.stderr)
             return 2
         scores = None if runs is None else score_table(runs.records, runs.judgements, runs.memory, args.seed,
-                                                       args.bootstrap, runs.plans)
+                                                       args.bootstrap, runs.plans, units)
         gaps = [] if scores is None else coverage_warnings(scores)
         for line in gaps:
             print(line, file=sys.stderr)

@@ -11,7 +11,6 @@ import pandas as pd
 
 from apm.publish.source import Method
 from apm.reduce.names import is_reference, row_label
-from apm.reduce.scores import unjudged_probes
 
 NOT_THE_METHOD = ("shard", "logging")
 """Parts of ``config.json``'s config that describe the last job, not the method."""
@@ -99,7 +98,7 @@ def metric_summary(m: Method) -> dict[str, Any]:
     that withhold judged metrics (None) and the method's coverage (:func:`coverage_summary`)."""
     s = m.scores
     values = {f"{metric}/{task}": number(v) for metric, task, v in zip(s["metric"], s["task"], s["value"])}
-    return {**values, "unjudged": unjudged_probes(m.records, m.judgements), **coverage_summary(s)}
+    return {**values, "unjudged": m.unjudged, **coverage_summary(s)}
 
 
 def run_summary(m: Method) -> dict[str, Any]:
@@ -123,5 +122,5 @@ def judge_summary(m: Method) -> dict[str, Any]:
         "judged": len(ok),
         "mean_score": number(ok["score"].mean()),
         "judge_failures": int(failed.sum()),
-        "unjudged": unjudged_probes(m.records, m.judgements),
+        "unjudged": m.unjudged,
     }

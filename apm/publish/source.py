@@ -15,6 +15,7 @@ from apm.records.lines import read_lines
 from apm.records.model import JudgementLine, named
 from apm.records.rundir import RunDir
 from apm.reduce import load_runs, score_table
+from apm.reduce.units import unit_views
 
 JudgeNotes = dict[tuple[str, str, float | None], dict[str, Any]]
 """The free text of judgement lines, by (config hash, key, write stamp)."""
@@ -35,6 +36,8 @@ class Method:
     saved: dict[str, Any]
     """The run dir's ``config.json`` (``{}`` for a run dir the runner did not write)."""
     notes: JudgeNotes
+    unjudged: int
+    """Its gate-passing adaptive probes without an ok judgement (the reduction's candidate units)."""
 
 
 def sweep_root(run_dir: Path) -> Path:
@@ -90,10 +93,13 @@ def read_methods(run_dir: Path, judge: str | None, rubric: str | None, seed: int
     runs = load_runs([run_dir], judge, rubric, detail=True)
     if runs.records.empty:
         return []
-    scores = score_table(runs.records, runs.judgements, runs.memory, seed, reps, runs.plans)
+    units = unit_views(runs.records, runs.judgements)
+    scores = score_table(runs.records, runs.judgements, runs.memory, seed, reps, runs.plans, units)
+    unjudged = units.unjudged_by_method()
     hashes = set(runs.records["config_hash"].astype("str"))
     blocks, saved, notes = run_blocks(run_dir, hashes), saved_config(run_dir), judge_notes(run_dir)
     return [
-        Method(h, run_dir, blocks[h], _of(runs.records, h), _of(runs.judgements, h), _of(scores, h), saved, notes)
+        Method(h, run_dir, blocks[h], _of(runs.records, h), _of(runs.judgements, h), _of(scores, h), saved, notes,
+               unjudged.get(h, 0))
         for h in sorted(hashes)
     ]

@@ -5,19 +5,28 @@ in range (a judge score is an integer 1–5, a task is one of the benchmark's, �
 torn tail left by a crash, ``null``, a non-UTF-8 byte, an object without ``key``, a field of the
 wrong type — is skipped and reported as ``file:line: reason``, never raised. Unknown fields are
 kept: older and newer lines stay readable.
+
+Two readers apply the same checks: :func:`read_lines` yields each line as a dict, and
+:func:`read_typed` (the reducer's) decodes each line straight into a ``msgspec`` struct compiled
+from the same checks (:func:`typed_line`), decodes and checks a file's ``run`` block once per
+distinct block, and asks the checks themselves only why a line it could not use is unusable, so
+both skip exactly the same lines with the same reasons.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, cast
 
+import msgspec
 import orjson
 
-from apm.records.model import InstanceRecord, JudgementLine, values
+from apm.records.model import InstanceRecord, JudgementLine, Latency, field_names, values
 
 Kind = Literal["records", "memory", "judgements", "any"]
 Line = dict[str, Any]
@@ -44,24 +53,50 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _field(name: str, ok: Callable[[Any], bool], what: str, optional: bool = True) -> Check:
-    """A check that ``name`` is ``what`` (absent or null allowed when ``optional``)."""
+LARGEST = 2**64 - 1
+"""The largest integer a line holds as an integer: orjson reads a larger one as a float (and msgspec bounds
+only int64), so a typed count is checked against it after decoding (:attr:`FieldCheck.decoded`)."""
+Count = Annotated[int, msgspec.Meta(ge=0)]
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
-    def check(line: Line) -> str | None:
-        value = line.get(name)
+
+@dataclass(frozen=True)
+class FieldCheck:
+    """A check that field ``name`` is ``what`` (absent or null allowed when ``optional``), and ``typed``,
+    the msgspec type that accepts exactly the values ``ok`` accepts (JSON has no infinity or NaN), but
+    those ``decoded`` (when given) refuses once decoded."""
+
+    name: str
+    ok: Callable[[Any], bool]
+    what: str
+    typed: Any
+    optional: bool = True
+    decoded: Callable[[Any], bool] | None = None
+
+    def __call__(self, line: Line) -> str | None:
+        value = line.get(self.name)
         if value is None:
-            return None if optional else f"{name}: missing"
-        return None if ok(value) else f"{name}: not {what} ({str(value)[:40]!r})"
+            return None if self.optional else f"{self.name}: missing"
+        return None if self.ok(value) else f"{self.name}: not {self.what} ({str(value)[:40]!r})"
 
-    return check
-
-
-def _one_of(name: str, allowed: tuple[Any, ...], optional: bool = True) -> Check:
-    return _field(name, lambda v: isinstance(v, str | bool) and v in allowed, f"one of {allowed}", optional)
+    def struct_field(self) -> tuple[Any, ...]:
+        """The field of a :func:`typed_line` struct: required unless optional (then null by default)."""
+        return (self.name, self.typed | None, None) if self.optional else (self.name, self.typed)
 
 
-def _text(name: str, optional: bool = True) -> Check:
-    return _field(name, lambda v: isinstance(v, str) and (optional or v != ""), "a string", optional)
+def _field(name: str, ok: Callable[[Any], bool], what: str, typed: Any, optional: bool = True) -> FieldCheck:
+    decoded = (lambda v: v is None or v <= LARGEST) if typed is Count else None
+    return FieldCheck(name, ok, what, typed, optional, decoded)
+
+
+def _one_of(name: str, allowed: tuple[Any, ...], optional: bool = True) -> FieldCheck:
+    typed = bool if set(allowed) == {True, False} else cast(Any, Literal)[allowed]
+    return _field(name, lambda v: isinstance(v, str | bool) and v in allowed, f"one of {allowed}", typed, optional)
+
+
+def _text(name: str, optional: bool = True) -> FieldCheck:
+    return _field(name, lambda v: isinstance(v, str) and (optional or v != ""), "a string",
+                  str if optional else NonEmpty, optional)
 
 
 def _run(line: Line) -> str | None:
@@ -84,7 +119,7 @@ def _latency(line: Line) -> str | None:
         return None
     if not isinstance(latency, dict):
         return "latency: not an object"
-    bad = [k for k in ("ttft_s", "total_s", "rtf") if latency.get(k) is not None and not _is_number(latency[k])]
+    bad = [k for k in _TIMINGS if latency.get(k) is not None and not _is_number(latency[k])]
     return f"latency.{bad[0]}: not a finite number" if bad else None
 
 
@@ -96,8 +131,8 @@ def _judge_score(line: Line) -> str | None:
 
 
 _BOOLEAN = (True, False)
-_STAMP = _field("written_ns", _is_count, "a non-negative integer")
-_REVISION = _field("revision", _is_count, "a non-negative integer")
+_STAMP = _field("written_ns", _is_count, "a non-negative integer", Count)
+_REVISION = _field("revision", _is_count, "a non-negative integer", Count)
 
 CHECKS: dict[Kind, tuple[Check, ...]] = {
     "records": (
@@ -115,9 +150,10 @@ CHECKS: dict[Kind, tuple[Check, ...]] = {
     ),
     "memory": (
         _run, _text("trajectory_id", optional=False), _text("day_id", optional=False),
-        _text("session_id", optional=False), _field("session_index", _is_count, "an index", False),
-        _field("bytes", _is_count, "a byte count", False),
-        _field("prior_hours", lambda v: _is_number(v) and v >= 0, "hours ≥ 0", False), _text("error"), _STAMP,
+        _text("session_id", optional=False), _field("session_index", _is_count, "an index", Count, False),
+        _field("bytes", _is_count, "a byte count", Count, False),
+        _field("prior_hours", lambda v: _is_number(v) and v >= 0, "hours ≥ 0", Annotated[float, msgspec.Meta(ge=0)],
+               False), _text("error"), _STAMP,
         _REVISION,
     ),
     "any": (),
@@ -137,18 +173,9 @@ def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> 
 
     An unterminated last line is a write in progress or a crash mid-write: skipped like the rest.
     """
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        if skipped is not None:
-            skipped.append(Skipped(path, 0, f"unreadable: {e.strerror or e}"))
-        return
-    lines = data.split(b"\n")
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        if number == len(lines):
-            reason: str | None = "unterminated last line (a crash mid-write)"
+    for number, raw in _numbered(_contents(path, skipped)):
+        if raw is None:
+            reason: str | None = UNTERMINATED
         else:
             try:
                 value = orjson.loads(raw)
@@ -160,3 +187,234 @@ def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> 
             yield value
         elif skipped is not None:
             skipped.append(Skipped(path, number, reason))
+
+
+UNTERMINATED = "unterminated last line (a crash mid-write)"
+
+
+def _contents(path: Path, skipped: list[Skipped] | None) -> bytes:
+    """A file's bytes; an unreadable file is appended to ``skipped`` (line 0) and has none."""
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        if skipped is not None:
+            skipped.append(Skipped(path, 0, f"unreadable: {e.strerror or e}"))
+        return b""
+
+
+def _numbered(data: bytes) -> Iterator[tuple[int, bytes | None]]:
+    """The non-blank lines of a file's bytes with their numbers (an unterminated last one as None)."""
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        if raw.strip():
+            yield number, (None if number == len(lines) else raw)
+
+
+_TIMINGS = ("ttft_s", "total_s", "rtf")
+"""The ``latency`` fields :func:`_latency` checks (finite numbers or null)."""
+_Latency = msgspec.defstruct(
+    "TypedLatency", [(n, float | None, None) if n in _TIMINGS else (n, Any, None) for n in field_names(Latency)],
+    kw_only=True)
+"""The ``latency`` block as :func:`_latency` checks it: its timings typed, every other field of the model's
+:class:`~apm.records.model.Latency` as it is."""
+
+
+_COMPILED: dict[Check, tuple[Any, ...]] = {_latency: ("latency", _Latency | None, None)}
+"""Checks of a whole block that a typed field states completely."""
+_RESIDUAL: dict[Check, tuple[str, ...]] = {_judge_score: ("score", "status")}
+"""Checks across fields that no type states: run on the typed line's fields they read (named here)."""
+
+
+class TypedLine(msgspec.Struct, kw_only=True):
+    """A line decoded by :func:`read_typed`: its ``run`` block left undecoded (read once per file)."""
+
+    run: msgspec.Raw = msgspec.Raw()
+
+
+@functools.cache
+def typed_line(kind: Kind, extra: tuple[str, ...] = ()) -> type[TypedLine]:
+    """The struct a ``kind`` line decodes into: each :class:`FieldCheck` of :data:`CHECKS` as its typed
+    field, the other checks' fields, and ``extra`` fields a reader wants as they are (any JSON, null
+    when absent; unknown fields are ignored)."""
+    fields: list[tuple[Any, ...]] = []
+    for check in CHECKS[kind]:
+        if isinstance(check, FieldCheck):
+            fields.append(check.struct_field())
+        elif check in _COMPILED:
+            fields.append(_COMPILED[check])
+        elif check in _RESIDUAL:
+            fields += [(name, Any, None) for name in _RESIDUAL[check]]
+        elif check is not _run:
+            raise TypeError(f"{kind}: check {check.__name__} has no typed form (apm.records.lines)")
+    fields += [(name, Any, None) for name in extra]
+    unique: dict[str, tuple[Any, ...]] = {}
+    for f in fields:  # a field check's type wins over a residual check's or a reader's plain field
+        unique.setdefault(f[0], f)
+    line = msgspec.defstruct(f"Typed{kind.title()}Line", list(unique.values()), bases=(TypedLine,), kw_only=True)
+    return cast(type[TypedLine], line)
+
+
+@functools.cache
+def _decoder(line_type: type[TypedLine]) -> msgspec.json.Decoder[TypedLine]:
+    return msgspec.json.Decoder(line_type)
+
+
+@dataclass
+class TypedLines:
+    """One file's usable lines (:func:`read_typed`): each decoded line, and the index in ``runs`` of its
+    ``run`` block (decoded and checked once per distinct block in the file, not once per line)."""
+
+    lines: list[Any] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    run_of: list[int] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
+    """Each line's bytes, when asked for (``keep_raw``: a judgement's digest covers the whole line)."""
+
+
+@functools.cache
+def _after_decoding(kind: Kind) -> tuple[Callable[[Any], bool], ...]:
+    """What a decoded ``kind`` line must also satisfy: the checks no type states (:data:`_RESIDUAL`) and
+    the :attr:`FieldCheck.decoded` bounds, each a predicate on the typed line."""
+    checks = CHECKS[kind]
+    fields = [(c.name, c.decoded) for c in checks if isinstance(c, FieldCheck) and c.decoded is not None]
+    bounded = [lambda line, n=name, ok=ok: ok(getattr(line, n)) for name, ok in fields]
+    crossed = [lambda line, c=check, r=reads: c({n: getattr(line, n) for n in r}) is None
+               for check, reads in _RESIDUAL.items() if check in checks]
+    return (*bounded, *crossed)
+
+
+def _checked(raw: bytes, kind: Kind, line_type: type[TypedLine]) -> TypedLine | str:
+    """A line :func:`read_lines` would use, as a typed line, or why it would not (in the words of
+    :data:`CHECKS`): decoded as a dict and checked, for the few lines the typed decoder alone cannot settle.
+    Its fields are the dict's values as they are (an integer stays one where the typed decoder gives a float)."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return "not valid JSON (or not UTF-8)"
+    reason = problem(value, kind)
+    if reason is not None:
+        return reason
+    kept = {name: value[name] for name in line_type.__struct_fields__ if name in value and name != "run"}
+    return line_type(**kept, run=msgspec.Raw(orjson.dumps(value["run"])))
+
+
+def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[Skipped] | None = None,
+               keep_raw: bool = False) -> TypedLines:
+    """The usable lines of one JSONL file as :func:`typed_line` structs (with ``extra`` fields): the lines
+    :func:`read_lines` yields (docs/records.md, "Reading lines"); each other line is appended to ``skipped``
+    with the reason :func:`read_lines` gives."""
+    out = TypedLines()
+    line_type = typed_line(kind, tuple(extra))
+    blocks: dict[bytes, int | None] = {}
+    data = _contents(path, skipped)
+    beyond = _beyond_double(data)
+    for number, raw in _numbered(data):
+        if raw is None:
+            found: tuple[TypedLine, int] | str = UNTERMINATED
+        else:
+            by_dict = number in beyond or not _is_utf8(raw)
+            found = _decoded(raw, kind, line_type, blocks, out.runs, by_dict)
+        if isinstance(found, str):
+            if skipped is not None:
+                skipped.append(Skipped(path, number, found))
+            continue
+        out.lines.append(found[0])
+        out.run_of.append(found[1])
+        if keep_raw and raw is not None:
+            out.raw.append(raw)
+    return out
+
+
+_EXPONENTS = (re.compile(rb"e[+-]?[0-9]{3}"), re.compile(rb"E[+-]?[0-9]{3}"))
+"""An exponent of three digits or more (a literal first: the search runs at memory speed)."""
+_DIGITS = bytes.maketrans(b"0123456789", b"0" * 10)
+_LONG_RUN = b"0" * 200
+"""200 digits in a row, once every digit reads as ``0`` (:data:`_DIGITS`)."""
+_MANTISSA = frozenset(b"0123456789.")
+_BEFORE_A_NUMBER = frozenset(b":,[ \t\r\n")
+
+
+def _beyond_double(data: bytes) -> set[int]:
+    """The numbers of the lines of ``data`` (numbered as :func:`_numbered` numbers them) that may hold a
+    JSON number beyond a double's range (about 1.8e308), which orjson refuses and msgspec skips unchecked
+    in a field no check reads: a number with an exponent of three digits or more, or 200 digits in a row
+    anywhere (with a smaller exponent and fewer digits a number stays below 1e300). Some lines named hold
+    no such number; they are only read the slow way."""
+    at = [m.start() for pattern in _EXPONENTS for m in pattern.finditer(data) if _ends_a_mantissa(data, m.start())]
+    digits = data.translate(_DIGITS)
+    run = digits.find(_LONG_RUN)
+    while run >= 0:
+        at.append(run)
+        run = digits.find(_LONG_RUN, run + len(_LONG_RUN))
+    numbers: set[int] = set()
+    line, seen = 1, 0
+    for position in sorted(at):
+        line += data.count(b"\n", seen, position)
+        seen = position
+        numbers.add(line)
+    return numbers
+
+
+def _ends_a_mantissa(data: bytes, exponent: int) -> bool:
+    """Whether the ``e`` at ``exponent`` follows a JSON number's mantissa (digits, a point, a sign, after a
+    comma, colon, bracket or white space), not a hash's or a word's letters and digits."""
+    i = exponent - 1
+    while i >= 0 and data[i] in _MANTISSA:
+        i -= 1
+    if i >= 0 and data[i] == ord("-"):
+        i -= 1
+    return i < exponent - 1 and (i < 0 or data[i] in _BEFORE_A_NUMBER)
+
+
+def _is_utf8(raw: bytes) -> bool:
+    """Whether a line is UTF-8 throughout (orjson refuses any other byte; msgspec skips a field no
+    check reads without checking its bytes)."""
+    if raw.isascii():
+        return True
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[bytes, int | None],
+             runs: list[dict[str, Any]], by_dict: bool) -> tuple[TypedLine, int] | str:
+    """One line as a typed line and the index of its ``run`` block in ``runs`` (``blocks``: the index of
+    each distinct block seen in the file, None for an unusable one), or why it is unusable. The typed
+    decoder settles a line it accepts whose run block and :func:`_after_decoding` checks pass; the dict
+    path (:func:`_checked`) settles every other line, and every line when ``by_dict`` (one the typed
+    decoder may accept and orjson not)."""
+    if not by_dict:
+        try:
+            typed = _decoder(line_type).decode(raw)
+        except (ValueError, RecursionError):  # msgspec.DecodeError, ValidationError, UnicodeDecodeError
+            pass
+        else:
+            block = bytes(typed.run)
+            if block not in blocks:
+                blocks[block] = _run_index(block, runs)
+            index = blocks[block]
+            if index is not None and all(ok(typed) for ok in _after_decoding(kind)):
+                return typed, index
+    checked = _checked(raw, kind, line_type)
+    if isinstance(checked, str):
+        return checked
+    block = bytes(checked.run)  # a run block that passed CHECKS, so never one recorded as unusable
+    index = blocks.get(block)
+    if index is None:
+        runs.append(orjson.loads(block))
+        index = blocks[block] = len(runs) - 1
+    return checked, index
+
+
+def _run_index(block: bytes, runs: list[dict[str, Any]]) -> int | None:
+    """A ``run`` block's index in ``runs`` (appended), or None when it fails :func:`_run`."""
+    try:
+        run = orjson.loads(block)
+    except orjson.JSONDecodeError:
+        return None
+    if _run({"run": run}) is not None:
+        return None
+    runs.append(run)
+    return len(runs) - 1

@@ -8,6 +8,7 @@ A field's Python type gives its JSON type (``X | None``: null allowed, ``Literal
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import types
@@ -261,10 +262,21 @@ class JudgementLine:
     revision: int = spec(absent_ok=True, minimum=1)
 
 
+@functools.cache
+def _hints(model: type) -> dict[str, Any]:
+    """A line model's resolved field types (resolved once: ``named`` checks every fixture record's fields)."""
+    return get_type_hints(model)
+
+
 def values(model: type, name: str) -> tuple[Any, ...]:
     """The values a model field's ``Literal`` type allows (null left out): what a reader checks it against."""
-    tp = get_type_hints(model)[name]
+    tp = _hints(model)[name]
     return get_args(next(t for t in (tp, *get_args(tp)) if get_origin(t) is Literal))
+
+
+def field_names(model: type) -> tuple[str, ...]:
+    """The names of a line model's fields, in order."""
+    return tuple(f.name for f in fields(model))
 
 
 def _model_in(tp: Any) -> type | None:
@@ -283,7 +295,7 @@ def named(model: type, *names: str) -> tuple[str, ...]:
         for part in name.split("."):
             if here is None or part not in {f.name for f in fields(here)}:
                 raise ValueError(f"{name}: not a field of {model.__name__} (apm.records.model)")
-            here = _model_in(get_type_hints(here)[part])
+            here = _model_in(_hints(here)[part])
     return names
 
 

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import difflib
 import json
+import operator
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import msgspec
+import orjson
 import pandas as pd
 
 from apm.records.declaration import Declaration, from_record, method_kind
 from apm.records.judging import needs_judge, response_digest, verifies
-from apm.records.lines import Kind, Skipped, read_lines
+from apm.records.lines import Kind, Skipped, TypedLines, read_typed
 from apm.records.model import InstanceRecord, JudgementLine, MemoryLine, RunBlock, named
 from apm.records.rundir import RunDir, find_runs
 from apm.reduce.coverage import PlanFile, read_plans
@@ -46,44 +49,63 @@ _CATEGORICAL = METHOD + [RELEASE] + CONFIG + [
 ]
 _BOOLEAN = ["correct", "gate_pass", "evidence_available"]
 
-Row = dict[str, Any]
-Field = tuple[str, Callable[[Row], Any]]
+Run = dict[str, Any]
+RunField = tuple[str, Callable[[Run], Any]]
+"""A column derived from a line's ``run`` block (computed once per distinct block of a file)."""
 
 
-def _get(name: str) -> Callable[[Row], Any]:
-    return lambda r: r.get(name)
+class Field(NamedTuple):
+    """A column picked from a typed line (:func:`apm.records.lines.read_typed`), and the line's fields it reads."""
+
+    name: str
+    get: Callable[[Any], Any]
+    reads: tuple[str, ...]
 
 
-def _nested(outer: str, inner: str) -> Callable[[Row], Any]:
-    return lambda r: (r.get(outer) or {}).get(inner)
+def _top(name: str) -> Field:
+    return Field(name, operator.attrgetter(name), (name,))
 
 
-def _field(model: type, name: str) -> Callable[[Row], Any]:
-    """The getter of a field of a line model (``outer.inner``: one level down), checked against the model
-    (:func:`apm.records.model.named`) when this module loads."""
+def _nested(outer: str, inner: str) -> Callable[[Any], Any]:
+    """``outer.inner`` of a typed line: a typed block's attribute, a plain object's key; else None."""
+
+    def get(line: Any) -> Any:
+        block = getattr(line, outer)
+        if isinstance(block, msgspec.Struct):
+            return getattr(block, inner, None)
+        return block.get(inner) if isinstance(block, dict) else None
+
+    return get
+
+
+def _field(model: type, name: str, column: str | None = None) -> Field:
+    """The column of a field of a line model (``outer.inner``: one level down), checked against the model
+    (:func:`apm.records.model.named`) when this module loads; named ``column``, else the field's last part."""
     outer, _, inner = named(model, name)[0].partition(".")
-    return _nested(outer, inner) if inner else _get(outer)
+    if not inner:
+        return _top(outer)._replace(name=column or outer)
+    return Field(column or inner, _nested(outer, inner), (outer,))
 
 
-def _response_digest(r: Row) -> str | None:
+def _response_digest(line: Any) -> str | None:
     """The judge stage's digest of a record it judges (gate-passing adaptive), else None."""
-    output = r.get("output")
-    return response_digest(output) if needs_judge(r) and isinstance(output, str) else None
+    output = line.output
+    judged = needs_judge({"task": line.task, "error": line.error, "gate_pass": line.gate_pass})
+    return response_digest(output) if judged and isinstance(output, str) else None
 
 
-def _choice(group: str) -> Callable[[Row], Any]:
+def _choice(group: str) -> Callable[[Run], Any]:
     """The run's config-group choice (``none``), else its display name (runs that predate choices)."""
-    return lambda r: ((r.get("run") or {}).get("choices") or {}).get(group) or (r.get("run") or {}).get(group)
+    return lambda run: (run.get("choices") or {}).get(group) or run.get(group)
 
 
-def _variant(*groups: str, chosen: str | None = None, keep_prefix: bool = False) -> Callable[[Row], str]:
+def _variant(*groups: str, chosen: str | None = None, keep_prefix: bool = False) -> Callable[[Run], str]:
     """The run's settings of ``groups`` that differ from their defaults: sorted ``key=value`` pairs,
     the first group's prefix dropped unless ``keep_prefix`` (``memory.recent_frames`` →
     ``recent_frames``), after ``<chosen>=<choice>`` when the config chose that group (the writer)."""
     prefix = "" if keep_prefix else f"{groups[0]}."
 
-    def pairs(r: Row) -> str:
-        run = r.get("run") or {}
+    def pairs(run: Run) -> str:
         overrides = run.get("overrides") or {}
         mine = sorted(k for k in overrides if k.split(".", 1)[0] in groups)
         choice = (run.get("choices") or {}).get(chosen) if chosen else None
@@ -93,36 +115,37 @@ def _variant(*groups: str, chosen: str | None = None, keep_prefix: bool = False)
     return pairs
 
 
-def _declarations(r: Row) -> tuple[Declaration | None, Declaration | None]:
+def _declarations(run: Run) -> tuple[Declaration | None, Declaration | None]:
     """What the run's memory and backbone declare (None for either when undeclared or older)."""
-    block = (r.get("run") or {}).get("declarations") or {}
+    block = run.get("declarations") or {}
     return from_record(block.get("memory")), from_record(block.get("backbone"))
 
 
-def _kind(field: str) -> Callable[[Row], str]:
+def _kind(field: str) -> Callable[[Run], str]:
     """The method's ``family`` or ``tag`` (:func:`method_kind`)."""
-    return lambda r: str(getattr(method_kind(*_declarations(r)), field))
+    return lambda run: str(getattr(method_kind(*_declarations(run)), field))
 
 
-def _capability(name: str) -> Callable[[Row], str]:
+def _capability(name: str) -> Callable[[Run], str]:
     """A capability the run's memory declares (its declaration, else ``run.capabilities`` of older
     runs), as ``True``/``False``/``''``."""
 
-    def capability(r: Row) -> str:
-        memory = _declarations(r)[0]
-        value = getattr(memory, name) if memory else ((r.get("run") or {}).get("capabilities") or {}).get(name)
+    def capability(run: Run) -> str:
+        memory = _declarations(run)[0]
+        value = getattr(memory, name) if memory else (run.get("capabilities") or {}).get(name)
         return "" if value is None else str(bool(value))
 
     return capability
 
 
-def _representation(r: Row) -> str:
+def _representation(run: Run) -> str:
     """The memory representation the run's memory declares ('' when none, undeclared or older)."""
-    memory = _declarations(r)[0]
+    memory = _declarations(run)[0]
     return memory.representation if memory else ""
 
 
-_RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in named(RunBlock, *METHOD, RELEASE)] + [
+RUN_FIELDS: list[RunField] = [(c, operator.itemgetter(c)) for c in named(RunBlock, *METHOD)] + [
+    (RELEASE, lambda run: run.get(RELEASE)),
     ("memory_config", _choice("memory")), ("backbone_config", _choice("backbone")),
     ("memory_variant", _variant("memory", "writer", chosen="writer")), ("backbone_variant", _variant("backbone")),
     ("settings", _variant("frames", "generation", keep_prefix=True)),
@@ -130,49 +153,49 @@ _RUN_FIELDS: list[Field] = [(c, _nested("run", c)) for c in named(RunBlock, *MET
     ("streaming", _capability("streaming")), ("persistent", _capability("persistent")),
     ("representation", _representation),
 ]
+"""The columns every kind of line gets from its ``run`` block (checked by :func:`apm.records.lines.read_typed`:
+its names are non-empty strings, its parts objects)."""
 
-RECORD_FIELDS: list[Field] = _RUN_FIELDS + [
-    (c, _field(InstanceRecord, c))
-    for c in (
-        "key", "trajectory_id", "candidate_id", "task", "family", "polarity", "evidence_available",
-        "original_candidate_id", "parse_status", "decision", "answer", "correct", "gate_pass", "error",
-        "written_ns", "revision",
-    )
-] + [
-    ("ttft_s", _field(InstanceRecord, "latency.ttft_s")),
-    ("total_s", _field(InstanceRecord, "latency.total_s")),
-    ("rtf", _field(InstanceRecord, "latency.rtf")),
-    ("latency_mode", _field(InstanceRecord, "latency.mode")),
-    ("response_sha256", _response_digest),
-]
-"""What scoring needs from a record (``response_sha256`` is computed, for judged records only); every
-field named is checked against the record model (:class:`apm.records.model.InstanceRecord`) at import."""
 
-DETAIL_FIELDS: list[Field] = [
-    (c, _field(InstanceRecord, c))
-    for c in (
-        "day_id", "session_id", "probe_id", "probe_time", "correct_option", "output", "parse_error",
-        "frames", "prompt_version", "prompt_sha256", "prompt", "memory_bytes", "attempts",
-    )
-] + [
-    ("prep_s", _field(InstanceRecord, "latency.prep_s")),
-    ("prefix_s", _field(InstanceRecord, "latency.prefix_s")),
-    ("prompt_tokens", _field(InstanceRecord, "tokens.prompt")),
-    ("completion_tokens", _field(InstanceRecord, "tokens.completion")),
-]
+def _record(*names: str) -> list[Field]:
+    return [_field(InstanceRecord, name) for name in names]
+
+
+_DIGESTED = ("output", "task", "error", "gate_pass")
+"""What :func:`_response_digest` reads."""
+
+
+RECORD_FIELDS: list[Field] = _record(
+    "key", "trajectory_id", "candidate_id", "task", "family", "polarity", "evidence_available",
+    "original_candidate_id", "parse_status", "decision", "answer", "correct", "gate_pass", "error",
+    "written_ns", "revision", "latency.ttft_s", "latency.total_s", "latency.rtf",
+) + [_field(InstanceRecord, "latency.mode", "latency_mode"),
+     Field("response_sha256", _response_digest, named(InstanceRecord, *_DIGESTED))]
+"""What scoring needs from a record, after :data:`RUN_FIELDS` (``response_sha256`` is computed, for judged
+records only); every field named is checked against the record model
+(:class:`apm.records.model.InstanceRecord`) at import."""
+
+DETAIL_FIELDS: list[Field] = _record(
+    "day_id", "session_id", "probe_id", "probe_time", "correct_option", "output", "parse_error",
+    "frames", "prompt_version", "prompt_sha256", "prompt", "memory_bytes", "attempts", "latency.prep_s",
+    "latency.prefix_s",
+) + [_field(InstanceRecord, "tokens.prompt", "prompt_tokens"),
+     _field(InstanceRecord, "tokens.completion", "completion_tokens")]
 """What a person drilling into instances also wants (the notebook, the W&B instance tables); ``prompt``
 names the kept text parts (:func:`apm.records.prompts.sent_text` rebuilds what was sent)."""
 
-JUDGEMENT_FIELDS: list[Field] = _RUN_FIELDS + [
-    (c, _field(JudgementLine, c)) for c in (
+VERIFIED = "verified"
+"""``verified``: the judgement line's content digest matches its fields (:func:`apm.records.judging.verifies`)."""
+JUDGEMENT_FIELDS: list[Field] = [
+    _field(JudgementLine, c) for c in (
         "key", "judge", "judge_model", "rubric_version", "response_sha256", "status", "failure", "score",
         "written_ns", "revision",
     )
-] + [("verified", verifies)]
-"""``verified``: the line's content digest matches its fields (:func:`apm.records.judging.verifies`); every
-other field named is checked against the judgement line model (:class:`apm.records.model.JudgementLine`)."""
-MEMORY_FIELDS: list[Field] = _RUN_FIELDS + [
-    (c, _field(MemoryLine, c))
+]
+"""What scoring needs from a judgement line, after :data:`RUN_FIELDS` (and :data:`VERIFIED`, computed); every
+field named is checked against the judgement line model (:class:`apm.records.model.JudgementLine`)."""
+MEMORY_FIELDS: list[Field] = [
+    _field(MemoryLine, c)
     for c in ("trajectory_id", "session_index", "bytes", "fast_weight_bytes", "prior_hours", "update_s", "error",
               "written_ns", "revision")
 ]
@@ -183,19 +206,36 @@ def _files(paths: Iterable[str | Path], kind: str) -> list[Path]:
     return [f for run in find_runs(paths).runs for f in run.files(kind)]
 
 
-def _parse(path: Path, kind: Kind, skipped: list[Skipped]) -> list[Row]:
-    """The usable lines of a file (:func:`apm.records.lines.read_lines`); the rest go to ``skipped``,
+def _parse(path: Path, kind: Kind, fields: Sequence[Field], skipped: list[Skipped]) -> TypedLines:
+    """The usable lines of a file (:func:`apm.records.lines.read_typed`); the rest go to ``skipped``,
     and a warning names the file and the first reason."""
     before = len(skipped)
-    rows = list(read_lines(path, kind, skipped))
+    reads = tuple(dict.fromkeys(name for f in fields for name in f.reads))
+    typed = read_typed(path, kind, reads, skipped, keep_raw=kind == "judgements")
     if len(skipped) > before:
         warnings.warn(f"{path}: skipped {len(skipped) - before} line(s); first: {skipped[before]}", stacklevel=3)
-    return rows
+    return typed
 
 
-def _frame(rows: Sequence[Row], fields: Sequence[Field]) -> pd.DataFrame:
-    """Columns picked from parsed rows, one list comprehension per column (fast on 1M rows)."""
-    return pd.DataFrame({name: [get(r) for r in rows] for name, get in fields})
+def _frame(typed: TypedLines, fields: Sequence[Field]) -> pd.DataFrame:
+    """The run block's columns (derived once per distinct block) and the fields' columns, one list
+    comprehension per column (fast on 1M rows)."""
+    derived = [[get(run) for run in typed.runs] for _, get in RUN_FIELDS]
+    columns = {name: [values[i] for i in typed.run_of] for (name, _), values in zip(RUN_FIELDS, derived)}
+    columns |= {name: [get(line) for line in typed.lines] for name, get, _ in fields}
+    if typed.raw:
+        columns[VERIFIED] = [_verifies(raw) for raw in typed.raw]
+    return pd.DataFrame(columns)
+
+
+def _verifies(raw: bytes) -> bool:
+    """Whether a judgement line verifies (:func:`apm.records.judging.verifies`) on the dict the judge's own
+    reader sees; a line orjson cannot read does not (read_typed leaves every line orjson refuses to the
+    dict path, which skips it; a reducer never raises on a line)."""
+    try:
+        return verifies(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        return False
 
 
 def _with_saved_release(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
@@ -259,9 +299,10 @@ def _read(
 ) -> pd.DataFrame:
     """All lines of one kind under ``paths`` as one typed DataFrame (empty, with columns, if none)."""
     dropped = [] if skipped is None else skipped
-    frames = [_with_saved_release(_frame(_parse(f, kind, dropped), fields), f) for f in _files(paths, kind)]
+    frames = [_with_saved_release(_frame(_parse(f, kind, fields, dropped), fields), f) for f in _files(paths, kind)]
     frames = [f for f in frames if len(f)]
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[n for n, _ in fields])
+    empty = [n for n, _ in RUN_FIELDS] + [f.name for f in fields] + ([VERIFIED] if kind == "judgements" else [])
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=empty)
     return _typed(df)
 
 
@@ -292,11 +333,11 @@ def load_judgements(
     after a rerun).
     """
     df = _read(paths, "judgements", JUDGEMENT_FIELDS, skipped)
-    forged = ~df["verified"].astype("bool")
+    forged = ~df[VERIFIED].astype("bool")
     if forged.any():
         warnings.warn(f"{int(forged.sum())} judgement line(s) do not verify (edited, or without a content digest): "
                       "left out; apm-judge judges those probes again", stacklevel=2)
-    df = df[~forged].drop(columns="verified")
+    df = df[~forged].drop(columns=VERIFIED)
     if records is not None:
         df = df[_current(df, records)]
     wanted = pd.Series(True, index=df.index)

@@ -24,7 +24,7 @@ from apm.reduce.metrics import (
     Metric,
     task_metrics,
 )
-from apm.reduce.units import ALL, candidate_units, trajectory_units
+from apm.reduce.units import ALL, UnitViews, trajectory_units, unit_views
 
 SCORE_COLUMNS = [
     *METHOD, *CONFIG, "judge", "metric", "task", "value", "n", "n_error", "n_unparsed", "n_unjudged",
@@ -198,12 +198,6 @@ def judge_note(judgements: pd.DataFrame) -> str:
     return f"Judge: {shown}."
 
 
-def unjudged_probes(records: pd.DataFrame, judgements: pd.DataFrame) -> int:
-    """Gate-passing adaptive probes without a judgement (none on record, or the judge was unreachable)."""
-    units = candidate_units(records, judgements)
-    return int(units["unjudged"].sum())
-
-
 def method_info(records: pd.DataFrame) -> pd.DataFrame:
     """One row per config hash: the method's display names, config choices and variants."""
     cols = [c for c in METHOD if c != "config_hash"] + CONFIG
@@ -228,24 +222,23 @@ def _rows(config: pd.Series, judge: str, covered: Coverage, estimates: Sequence[
 
 def score_table(
     records: pd.DataFrame, judgements: pd.DataFrame, memory: pd.DataFrame, seed: int = 0, reps: int = 1000,
-    plans: Sequence[PlanFile] = (),
+    plans: Sequence[PlanFile] = (), units: UnitViews | None = None,
 ) -> pd.DataFrame:
     """The long ``scores.csv`` table (:data:`SCORE_COLUMNS`) for every method in the inputs.
 
     Every metric in the paper's accounting (every instance counts), and the answered-only view of
     the scores as ``<metric>_answered``. Methods are config hashes; each row carries its method's
     coverage of the ``plans`` (``n_planned``, ``coverage``, ``coverage_gap``: empty without a plan).
+    ``units``: the records' :func:`~apm.reduce.units.unit_views`, when the caller has built them already.
     """
     info = method_info(records)
     judges = judge_names(judgements)
     covered = coverage_by_method(plans, records, memory)
-    views = (
-        (candidate_units(records, judgements), list),
-        (candidate_units(records[records["error"].isna()], judgements), answered_view),
-    )
+    built = units or unit_views(records, judgements)
+    views = ((built.every, list), (built.answered, answered_view))
     rows: list[tuple] = []
-    for units, view in views:
-        for method, group in units.groupby(level="config_hash", observed=True, sort=True):
+    for unit_rows, view in views:
+        for method, group in unit_rows.groupby(level="config_hash", observed=True, sort=True):
             rows += _rows(info.loc[str(method)], judges.get(str(method), ""), covered.get(str(method), UNKNOWN),
                           view(evaluate(task_samples(group, seed, reps))))
     storage = trajectory_units(memory)

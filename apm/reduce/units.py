@@ -8,6 +8,7 @@ every bootstrap replicate (resampling candidates), a cheap function of column su
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -176,7 +177,39 @@ def _backbone_identity(records: pd.DataFrame) -> pd.Series:
 
 def candidate_units(records: pd.DataFrame, judgements: pd.DataFrame) -> pd.DataFrame:
     """One row per (method, task, candidate) with all :data:`STATS` columns (index: :data:`UNIT`)."""
+    return _units(with_judge_scores(records, judgements), records)
+
+
+@dataclass(frozen=True)
+class UnitViews:
+    """A reduction's candidate units, built once and shared by the unjudged count and every score: over
+    every instance (the paper's accounting) and over the answered ones (the ``_answered`` view)."""
+
+    every: pd.DataFrame
+    answered: pd.DataFrame
+
+    @property
+    def unjudged(self) -> int:
+        """Gate-passing adaptive probes without an ok judgement (none on record, or the judge failed)."""
+        return int(self.every["unjudged"].sum())
+
+    def unjudged_by_method(self) -> dict[str, int]:
+        """:attr:`unjudged` of each method (config hash) with units."""
+        sums = self.every["unjudged"].groupby(level="config_hash", observed=True).sum()
+        return {str(h): int(n) for h, n in sums.items()}
+
+
+def unit_views(records: pd.DataFrame, judgements: pd.DataFrame) -> UnitViews:
+    """:class:`UnitViews` of ``records``: one join with the judgements, the answered view a row filter of it
+    (the same units as :func:`candidate_units` of the answered records)."""
     rec = with_judge_scores(records, judgements)
+    answered = records["error"].isna()
+    return UnitViews(_units(rec, records),
+                     _units(rec[rec["error"].isna()].reset_index(drop=True), records[answered]))
+
+
+def _units(rec: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
+    """The units of records joined with their judge scores (``rec``); ``records`` hold the EA originals."""
     stats = pd.concat([rec.loc[:, UNIT], _instance_stats(rec)], axis=1)
     units = stats.groupby(UNIT, observed=True, sort=False)[SUMMED].sum()
     scored = pd.concat([_mcqa_scores(rec), _adaptive_scores(rec)])

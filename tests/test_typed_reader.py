@@ -1,0 +1,158 @@
+"""The reducer's typed reader (apm.records.lines.read_typed) reads exactly the lines the dict reader
+(read_lines) reads, skips the others with the same ``file:line: reason``, and reads a file's ``run``
+block once, not once per line."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+import pytest
+
+from apm.cli.reduce import main
+from apm.records.lines import Kind, Skipped, read_lines, read_typed
+from apm.reduce import load, units
+from apm.testing import fixtures
+
+JUNK = [None, 99, -3, 0, 1.5, 1e308, -1e-300, 2**63, 2**64 - 1, 2**64, "", "x" * 50, "ok", "failed", "ER",
+        "positive", "SILENT", True, False, [], {}, {"a": [1]}, {"ttft_s": "fast"}, {"ttft_s": 1, "mode": 3},
+        "\u202e\x00"]
+"""Values a mutation puts in a field: every type, and the edge values of each check."""
+UNREAD = [b"1e999", b"-1.8E+308", b"9" * 320, b"[1,\t2e400]", b"1e-999", b"1.5e300", b'"c0ffee3e1234"', b'"\xff"',
+          b'"\xc3\xa9"', b'"\xed\xa0\x80"']
+"""Raw values a mutation puts in a field no check reads: numbers beyond (and within) a double's range,
+bytes that are not UTF-8 (and one that is); orjson refuses the first kind, msgspec skips them unread."""
+
+
+def _mutate(rng: random.Random, line: dict[str, Any]) -> bytes:
+    """One corruption of a valid line: a field (or one of its block's) deleted or replaced, or the bytes cut
+    or flipped."""
+    key = rng.choice(sorted(line))
+    raw = json.dumps(line).encode()
+    nested = line[key] if isinstance(line[key], dict) and line[key] else None
+    mutations = [
+        lambda: json.dumps({k: v for k, v in line.items() if k != key}).encode(),
+        lambda: json.dumps({**line, key: rng.choice(JUNK)}).encode(),
+        lambda: json.dumps(rng.choice(JUNK)).encode(),
+        lambda: raw[: rng.randrange(len(raw))],
+        lambda: bytes(b ^ 0xFF if rng.random() < 0.02 else b for b in raw),
+        lambda: raw.replace(b"{", b"[" * 995 + b"{", 1) + b"]" * 995,  # deeper than msgspec's limit
+        lambda: raw[:-1] + b', "unread": ' + rng.choice(UNREAD) + b"}",
+    ]
+    if nested:
+        inner = rng.choice(sorted(nested))
+        mutations.append(lambda: json.dumps({**line, key: {**nested, inner: rng.choice(JUNK)}}).encode())
+    return rng.choice(mutations)()
+
+
+def _fuzzed(tmp_path: Path, kind: Kind, count: int = 400) -> Path:
+    rng = random.Random(f"typed-{kind}")
+    template = fixtures.small_run_set(tmp_path / "runs")
+    originals = [json.loads(x) for f in sorted((template / "main" / kind).glob("*.jsonl"))
+                 for x in f.read_text().splitlines()]
+    path = tmp_path / f"{kind}.jsonl"
+    with path.open("wb") as f:
+        for _ in range(count):
+            f.write(_mutate(rng, rng.choice(originals)).replace(b"\n", b" ") + b"\n")
+        f.write(b'{"key": "torn')
+    return path
+
+
+@pytest.mark.parametrize("kind", ["records", "judgements", "memory"])
+def test_the_typed_reader_skips_exactly_what_the_dict_reader_skips(tmp_path: Path, kind: Kind) -> None:
+    path = _fuzzed(tmp_path, kind)
+    by_dict: list[Skipped] = []
+    by_type: list[Skipped] = []
+    lines = list(read_lines(path, kind, by_dict))
+    typed = read_typed(path, kind, ("output", "day_id", "frames"), by_type, keep_raw=True)
+    assert [str(s) for s in by_type] == [str(s) for s in by_dict]
+    assert 30 < len(lines) < 370 and len(by_dict) > 30  # the fuzz both keeps and skips lines
+    assert len(typed.lines) == len(typed.run_of) == len(typed.raw) == len(lines)
+    for line, got, run in zip(lines, typed.lines, typed.run_of):
+        assert typed.runs[run] == line["run"]
+        for name in got.__struct_fields__:
+            value = getattr(got, name)
+            if name != "run" and not isinstance(value, msgspec.Struct):
+                assert value == line.get(name) and type(value) is type(line.get(name)) or _same_number(
+                    value, line.get(name)), name
+
+
+def _same_number(typed: Any, read: Any) -> bool:
+    """A float field holds an integer as its float (the reducer's frames are float64 either way)."""
+    return isinstance(typed, float) and isinstance(read, int) and float(read) == typed
+
+
+@pytest.mark.parametrize("unread", UNREAD)
+def test_a_field_no_check_reads_is_still_valid_json_to_both_readers(tmp_path: Path, unread: bytes) -> None:
+    """orjson refuses a number beyond a double's range and a byte that is not UTF-8 anywhere in a line;
+    the typed decoder skips such a field unread, so the typed reader leaves those lines to the dict path."""
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(orjson.dumps({**fixtures.record("ER", "C1"), "frames": []})[:-1] + b', "x": ' + unread + b"}\n")
+    by_dict: list[Skipped] = []
+    by_type: list[Skipped] = []
+    lines = list(read_lines(path, "records", by_dict))
+    assert len(read_typed(path, "records", (), by_type).lines) == len(lines)
+    assert [str(s) for s in by_type] == [str(s) for s in by_dict]
+    refused = unread in (b"1e999", b"-1.8E+308", b"9" * 320, b"[1,\t2e400]", b'"\xff"', b'"\xed\xa0\x80"')
+    assert [s.reason for s in by_dict] == (["not valid JSON (or not UTF-8)"] if refused else [])
+
+
+def _count_run_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count how often the loader decodes a run block's declarations (once per derived column per block)."""
+    calls = [0]
+    real = load.from_record
+
+    def counting(block: Any) -> Any:
+        calls[0] += 1
+        return real(block)
+
+    monkeypatch.setattr(load, "from_record", counting)
+    return calls
+
+
+def _one_file_run(root: Path, lines: int) -> Path:
+    records = [fixtures.record("ER", f"C{i}") for i in range(lines)]
+    fixtures.write_jsonl(root / "records" / "shard-0.jsonl", records)
+    return root
+
+
+def test_the_run_block_is_derived_once_per_file_whatever_its_lines(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _count_run_reads(monkeypatch)
+    few = load.load_records([_one_file_run(tmp_path / "few", 3)])
+    per_file = calls[0]
+    many = load.load_records([_one_file_run(tmp_path / "many", 300)])
+    assert (len(few), len(many)) == (3, 300)
+    assert calls[0] - per_file == per_file > 0  # 100× the lines, the same derivations
+    assert many["memory_config"].astype(str).unique().tolist() == few["memory_config"].astype(str).unique().tolist()
+
+
+def test_a_reduction_builds_its_candidate_units_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unjudged count and both score views share one join of records with judgements (issue 24)."""
+    calls = [0]
+    real = units.with_judge_scores
+
+    def counting(*args: Any) -> Any:
+        calls[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(units, "with_judge_scores", counting)
+    root = fixtures.small_run_set(tmp_path / "runs")
+    assert main([str(root), "--out", str(tmp_path / "out"), "--bootstrap", "0", "--no-figures"]) == 0
+    assert calls[0] == 1
+
+
+@pytest.mark.parametrize("status", ["absent", "bogus", 3])
+def test_a_judgements_status_is_typed_by_its_own_check_not_the_score_check(tmp_path: Path, status: Any) -> None:
+    """The score check reads ``status`` too; the status check's type (required, ok or failed) still binds."""
+    line = fixtures.judgement(fixtures.record("ER", "C1"), None, status="failed")
+    line = {k: v for k, v in line.items() if k != "status"} if status == "absent" else {**line, "status": status}
+    path = fixtures.write_jsonl(tmp_path / "judgements.jsonl", [line])
+    by_type: list[Skipped] = []
+    assert read_typed(path, "judgements", (), by_type).lines == []
+    wrong = f"status: not one of ('ok', 'failed') ({str(status)!r})"
+    assert [s.reason for s in by_type] == ["status: missing" if status == "absent" else wrong]
