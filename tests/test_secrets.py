@@ -5,6 +5,8 @@ written."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -13,8 +15,10 @@ from urllib.parse import quote
 
 import pytest
 
+import apm.records.redact as redact_module
 from apm.backbones.openai_api import OpenAIBackbone
-from apm.records.redact import redact, register_config_secrets, register_secret
+from apm.records.judging import UNSIGNED, content_digest
+from apm.records.redact import redact, redact_data, register_config_secrets, register_secret
 from apm.synth import generate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,3 +166,25 @@ def test_a_key_written_into_the_config_is_refused(tiny: Path, tmp_path: Path, ov
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "sk-live-abcdef0123456789" not in done.stderr + done.stdout
     assert not (tmp_path / "runs").exists()
+
+
+def _digest_of_the_masked_line(judgement: dict) -> str:
+    """The content digest as its definition states it: every string masked, then serialised and hashed."""
+    body = {k: v for k, v in judgement.items() if k not in UNSIGNED}
+    return hashlib.sha256(json.dumps(redact_data(body), sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("escaped_secret", [False, True], ids=["plain secrets", "a secret JSON escapes"])
+@pytest.mark.parametrize("text", ["a plain reason, 'quoted' and \"double\"", f"the server echoed {KEY}",
+                                  f"see http://{TOKEN}@127.0.0.1:9/v1", "Authorization: Bearer abcdefgh12345678",
+                                  'quote"in-the-KEY-0123456789', "ünïcode ✓ and a \\ backslash"])
+def test_a_judgements_content_digest_is_that_of_its_masked_line(text: str, escaped_secret: bool,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """content_digest skips masking when no string could change (most lines): the digest is the same."""
+    monkeypatch.setattr(redact_module, "_secrets", [])  # only this test's secrets
+    register_secret(KEY)
+    if escaped_secret:  # JSON escapes its quote, so it may not appear as itself: masking stays on
+        register_secret('quote"in-the-KEY-0123456789')
+    line = {"key": "syn-ER-01", "reason": text, "checks": {text: "pass"}, "score": 4, "revision": 3}
+    assert content_digest(line) == _digest_of_the_masked_line(line)
+    assert content_digest(line) != content_digest({**line, "score": 5})

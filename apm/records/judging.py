@@ -11,7 +11,7 @@ from typing import Any
 
 from apm.data.tasks import ADAPTIVE
 from apm.records.jsonl import REVISION, STAMP
-from apm.records.redact import redact_data
+from apm.records.redact import may_redact_json, redact_data
 
 CONTENT = "content_sha256"
 """The judgement line's own digest (:func:`content_digest`)."""
@@ -34,7 +34,10 @@ def content_digest(judgement: Mapping[str, Any]) -> str:
     """SHA-256 of a judgement's fields (all but :data:`UNSIGNED`) as written: secrets masked, keys sorted,
     so the digest computed before the line is written equals the one computed from the line read back."""
     body = {k: v for k, v in judgement.items() if k not in UNSIGNED}
-    return hashlib.sha256(json.dumps(redact_data(body), sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False)
+    if may_redact_json(text):  # else masking changes no string: skip re-building the line (most of a read)
+        text = json.dumps(redact_data(body), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def signed(judgement: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ to the authority's last ``@``), and the credential of an echoed ``Bearer …`` o
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import re
@@ -90,6 +91,14 @@ def redact(text: str) -> str:
     if "Bearer" in text or "Basic" in text:
         text = AUTH_HEADER.sub(rf"\g<scheme>{MASK}", text)
     return text
+
+
+def may_redact_json(text: str) -> bool:
+    """Whether :func:`redact` could change a string serialised in JSON ``text`` (keys included): the
+    text holds a registered secret, an ``@`` or an auth scheme's name, or a secret is registered that
+    JSON would escape (and so might not appear as itself). False means every string redacts to itself."""
+    return ("@" in text or "Bearer" in text or "Basic" in text
+            or any(secret in text or json.dumps(secret, ensure_ascii=False)[1:-1] != secret for secret in _secrets))
 
 
 def redact_data(value: Any) -> Any:
