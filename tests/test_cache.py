@@ -240,3 +240,22 @@ def test_a_shared_cache_under_umask_022_is_read_and_extended_by_a_second_user(cl
         assert all(p.stat().st_mode & 0o060 == 0o060 for p in cache_dir.rglob("*.lock"))
     finally:
         shutil.rmtree(shared)
+
+
+def test_the_build_workers_never_fork_the_caller(clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked worker inherits the caller's locks held by other threads and can wait on them forever:
+    the pool starts its workers from a clean server process."""
+    import apm.video.cache as cache_module
+
+    started: list[str] = []
+    real = cache_module.ProcessPoolExecutor
+
+    def spied(*args, **kwargs):
+        started.append(kwargs["mp_context"].get_start_method())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cache_module, "ProcessPoolExecutor", spied)
+    sessions = (Session("T1", "DAY1", "S001", 0, 0, 12, clip),)
+    release = Release(tmp_path, (Trajectory("T1", "test", "t", sessions),), ())
+    assert build_release_cache(release, tmp_path / "c", workers=2, progress=False).ready == (clip.resolve(),)
+    assert started == ["forkserver"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 import stat
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -227,6 +228,12 @@ class BuildReport:
     failed: tuple[VideoDecodeError, ...]
 
 
+WORKER_START = "forkserver"
+"""How the build's worker processes start: from a clean server process, never by forking the caller,
+whose other threads (a progress monitor, an HTTP client, a test's) may hold a lock at the fork that the
+child then waits on forever (seen: a suite hung in test_cache with both workers idle)."""
+
+
 def _build_one(cache_dir: Path, settings: SamplingSettings, video: Path) -> int:
     """Worker: make ``video``'s entry exist; returns its sample count."""
     cache = FrameCache(cache_dir, settings.fps, settings.max_side, settings.jpeg_quality)
@@ -252,7 +259,7 @@ def build_release_cache(
     ready: list[Path] = []
     failed: list[VideoDecodeError] = []
     with (
-        ProcessPoolExecutor(max(1, workers)) as pool,
+        ProcessPoolExecutor(max(1, workers), mp_context=multiprocessing.get_context(WORKER_START)) as pool,
         tqdm(total=len(videos), unit="video", disable=not progress) as bar,
     ):
         futures = {pool.submit(_build_one, cache.cache_dir, cache.settings, v): v for v in videos}
