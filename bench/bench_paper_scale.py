@@ -80,17 +80,31 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+LAUNCHER = ("import json, os, subprocess, sys\n"
+            "proc = subprocess.Popen(sys.argv[2:])\n"
+            "_, status, usage = os.wait4(proc.pid, 0)\n"
+            "cpu = usage.ru_utime + usage.ru_stime\n"
+            "with open(sys.argv[1], 'w') as out:\n"
+            "    json.dump([os.waitstatus_to_exitcode(status), cpu, usage.ru_maxrss], out)\n")
+"""A small process that starts a stage and writes the stage's own exit code, CPU seconds and peak RSS (KiB).
+On Linux a child's ``ru_maxrss`` starts from the memory of the process it was forked from (exec folds the
+forked copy's high-water mark in), so a stage started from this benchmark, grown large by then (or from
+a test suite's process), would report that size; started from this launcher it reports its own."""
+
+
 def measured(command: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[float, float, float]:
-    """Run ``command`` (its output to ``log``); its wall and CPU seconds and peak RSS (MiB), from ``os.wait4``."""
+    """Run ``command`` (its output to ``log``) through :data:`LAUNCHER`; its wall and CPU seconds and peak
+    RSS (MiB), from ``os.wait4``."""
+    report = log.with_suffix(".rusage.json")
     began = time.perf_counter()
     with log.open("w") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+        subprocess.run([sys.executable, "-c", LAUNCHER, str(report), *command], stdout=out,
+                       stderr=subprocess.STDOUT, env=env, check=True)
     wall = time.perf_counter() - began
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(command[:2])} … exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024  # ru_maxrss: KiB on Linux
+    code, cpu, peak_kib = json.loads(report.read_text())
+    if code != 0:
+        raise RuntimeError(f"{' '.join(command[:2])} … exited {code}:\n{log.read_text()[-3000:]}")
+    return wall, cpu, peak_kib / 1024  # ru_maxrss: KiB on Linux
 
 
 def records(folder: Path) -> int:

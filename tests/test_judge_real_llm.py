@@ -121,7 +121,7 @@ def test_the_judge_was_sent_the_rubric_prompt_with_the_reply_schema(
         prompt = judge_prompt(rec["task"], rec["polarity"], rec["probe_time"], reference, rec["output"])
         assert request.messages[-1].parts[0].text == prompt and rubric() in prompt
         assert request.settings.json_schema == REPLY_SCHEMA
-        assert judge.payload(request)["response_format"]["json_schema"]["schema"] == REPLY_SCHEMA
+        assert judge.client.payload(request)["response_format"]["json_schema"]["schema"] == REPLY_SCHEMA
 
 
 def test_a_second_run_makes_no_model_call(judged: Judged, oracle_run: Path) -> None:

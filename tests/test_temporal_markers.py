@@ -93,7 +93,7 @@ def test_a_vllm_server_builds_the_true_markers(vllm_python: str, tiny_qwen3vl: P
 
     async def served_prompt() -> list[int]:
         async with server:
-            body = server.payload(request) | {"stream": False, "return_token_ids": True}
+            body = server.client.payload(request) | {"stream": False, "return_token_ids": True}
             body.pop("stream_options")
             r = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120)
             assert r.status_code == 200, r.text[:500]
