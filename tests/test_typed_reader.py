@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from apm.cli.reduce import main
+from apm.records import lines
 from apm.records.lines import Kind, Skipped, read_lines, read_typed
 from apm.reduce import load, units
 from apm.testing import fixtures
@@ -156,3 +157,53 @@ def test_a_judgements_status_is_typed_by_its_own_check_not_the_score_check(tmp_p
     assert read_typed(path, "judgements", (), by_type).lines == []
     wrong = f"status: not one of ('ok', 'failed') ({str(status)!r})"
     assert [s.reason for s in by_type] == ["status: missing" if status == "absent" else wrong]
+
+
+def _line_by_line(monkeypatch: pytest.MonkeyPatch, path: Path, kind: Kind) -> tuple[Any, list[str]]:
+    """read_typed as it reads a file its one-pass read (lines._all_typed) declines: line by line."""
+    skipped: list[Skipped] = []
+    with monkeypatch.context() as m:
+        m.setattr(lines, "_all_typed", lambda *_: None)
+        typed = read_typed(path, kind, ("output", "day_id", "frames"), skipped, keep_raw=True)
+    return typed, [str(s) for s in skipped]
+
+
+@pytest.mark.parametrize("kind", ["records", "judgements", "memory"])
+def test_a_file_read_in_one_pass_reads_as_it_does_line_by_line(tmp_path: Path, kind: Kind,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fuzzed line among valid ones, and the valid ones alone (with a torn or blank tail): the one-pass
+    read (taken for the valid files) gives the same lines, run blocks, bytes and skipped lines."""
+    rng = random.Random(f"one-pass-{kind}")
+    template = fixtures.small_run_set(tmp_path / "runs")
+    valid = [x.encode() for f in sorted((template / "main" / kind).glob("*.jsonl")) for x in f.read_text().splitlines()]
+    taken = [0]
+    real = lines._all_typed
+
+    def counting(*args: Any) -> Any:
+        found = real(*args)
+        taken[0] += found is not None
+        return found
+
+    monkeypatch.setattr(lines, "_all_typed", counting)
+    files = [b"\n".join(valid) + b"\n", b"\n".join(valid) + b"\n" + valid[0][:20], b"\n".join(valid) + b"\n \n"]
+    files += [b"\n".join([*valid[:2], _mutate(rng, json.loads(rng.choice(valid))).replace(b"\n", b" ")]) + b"\n"
+              for _ in range(150)]
+    for i, data in enumerate(files):
+        path = tmp_path / f"{i}.jsonl"
+        path.write_bytes(data)
+        skipped: list[Skipped] = []
+        typed = read_typed(path, kind, ("output", "day_id", "frames"), skipped, keep_raw=True)
+        slow, slow_skipped = _line_by_line(monkeypatch, path, kind)
+        assert [str(s) for s in skipped] == slow_skipped, data
+        assert (typed.lines, typed.runs, typed.run_of, typed.raw) == (slow.lines, slow.runs, slow.run_of, slow.raw)
+    assert taken[0] > 10, taken  # valid files and harmless mutations were read in one pass; the rest line by line
+
+
+def test_the_screen_names_each_line_with_a_number_beyond_a_double(tmp_path: Path) -> None:
+    """An exponent of three digits or more ending a number (by any byte JSON allows after one), or 200 digits
+    in a row, names its line; a hash's or a word's ``e123`` does not."""
+    flagged = [b'{"a": 1e999}', b'{"a": [1.5E+300]}', b'{"a": -2e-0400 }', b'{"a":1e300\t}',
+               b'{"b": "' + b"9" * 200 + b'"}', b'{"a": {"b": 7e0310}}', b'{"a":[0,1e999]}']
+    clean = [b'{"h": "c0ffee3e1234"}', b'{"w": "see 12e45"}', b'{"a": 1e99}', b'{"a": "x1e999"}', b'{"a": 1.5e30}']
+    data = b"\n".join(x for pair in zip(clean + clean, flagged) for x in pair) + b"\n"
+    assert lines._beyond_double(data) == {2 * (i + 1) for i in range(len(flagged))}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
+import numpy as np
 import orjson
 import pandas as pd
 
@@ -55,36 +56,21 @@ RunField = tuple[str, Callable[[Run], Any]]
 
 
 class Field(NamedTuple):
-    """A column picked from a typed line (:func:`apm.records.lines.read_typed`), and the line's fields it reads."""
+    """A column of a typed line (:func:`apm.records.lines.read_typed`) and the line's fields it reads: picked
+    (``at``: a field, or ``(outer, inner)``, the field ``inner`` of a block, a typed block's attribute or a
+    plain object's key, else None) or computed (``get``, a function of the line)."""
 
     name: str
-    get: Callable[[Any], Any]
     reads: tuple[str, ...]
-
-
-def _top(name: str) -> Field:
-    return Field(name, operator.attrgetter(name), (name,))
-
-
-def _nested(outer: str, inner: str) -> Callable[[Any], Any]:
-    """``outer.inner`` of a typed line: a typed block's attribute, a plain object's key; else None."""
-
-    def get(line: Any) -> Any:
-        block = getattr(line, outer)
-        if isinstance(block, msgspec.Struct):
-            return getattr(block, inner, None)
-        return block.get(inner) if isinstance(block, dict) else None
-
-    return get
+    at: tuple[str, ...] = ()
+    get: Callable[[Any], Any] | None = None
 
 
 def _field(model: type, name: str, column: str | None = None) -> Field:
     """The column of a field of a line model (``outer.inner``: one level down), checked against the model
     (:func:`apm.records.model.named`) when this module loads; named ``column``, else the field's last part."""
     outer, _, inner = named(model, name)[0].partition(".")
-    if not inner:
-        return _top(outer)._replace(name=column or outer)
-    return Field(column or inner, _nested(outer, inner), (outer,))
+    return Field(column or inner or outer, (outer,), (outer, inner) if inner else (outer,))
 
 
 def _response_digest(line: Any) -> str | None:
@@ -170,7 +156,7 @@ RECORD_FIELDS: list[Field] = _record(
     "original_candidate_id", "parse_status", "decision", "answer", "correct", "gate_pass", "error",
     "written_ns", "revision", "latency.ttft_s", "latency.total_s", "latency.rtf",
 ) + [_field(InstanceRecord, "latency.mode", "latency_mode"),
-     Field("response_sha256", _response_digest, named(InstanceRecord, *_DIGESTED))]
+     Field("response_sha256", named(InstanceRecord, *_DIGESTED), get=_response_digest)]
 """What scoring needs from a record, after :data:`RUN_FIELDS` (``response_sha256`` is computed, for judged
 records only); every field named is checked against the record model
 (:class:`apm.records.model.InstanceRecord`) at import."""
@@ -218,14 +204,38 @@ def _parse(path: Path, kind: Kind, fields: Sequence[Field], skipped: list[Skippe
 
 
 def _frame(typed: TypedLines, fields: Sequence[Field]) -> pd.DataFrame:
-    """The run block's columns (derived once per distinct block) and the fields' columns, one list
-    comprehension per column (fast on 1M rows)."""
-    derived = [[get(run) for run in typed.runs] for _, get in RUN_FIELDS]
-    columns = {name: [values[i] for i in typed.run_of] for (name, _), values in zip(RUN_FIELDS, derived)}
-    columns |= {name: [get(line) for line in typed.lines] for name, get, _ in fields}
+    """The run block's columns (derived once per distinct block) and the fields' columns (:func:`_columns`)."""
+    run_of = np.asarray(typed.run_of, dtype=np.intp)
+    columns: dict[str, Any] = {}
+    for name, get in RUN_FIELDS:
+        derived = np.empty(len(typed.runs), dtype=object)
+        derived[:] = [get(run) for run in typed.runs]
+        columns[name] = derived[run_of]
+    columns |= _columns(typed.lines, fields)
     if typed.raw:
         columns[VERIFIED] = [_verifies(raw) for raw in typed.raw]
     return pd.DataFrame(columns)
+
+
+def _columns(lines: list[Any], fields: Sequence[Field]) -> dict[str, list[Any]]:
+    """Each field's column over ``lines``, in the fields' order: a picked one by one attribute read per line
+    (:func:`_inner` for a block's field; fast on 1M rows), a computed one by its function."""
+    outers = dict.fromkeys(f.at[0] for f in fields if f.at)
+    picked: dict[tuple[str, ...], list[Any]] = {(o,): list(map(operator.attrgetter(o), lines)) for o in outers}
+    for f in fields:
+        if len(f.at) == 2:
+            picked[f.at] = _inner(picked[f.at[:1]], f.at[1])
+    computed = {f.name: list(map(f.get, lines)) for f in fields if f.get is not None}
+    return {f.name: picked[f.at] if f.at else computed[f.name] for f in fields}
+
+
+def _inner(blocks: list[Any], name: str) -> list[Any]:
+    """The field ``name`` of each block: a typed block's attribute, a plain object's key, else None (read
+    as an attribute of every block at once when each is a typed block that has it)."""
+    if all(issubclass(kind, msgspec.Struct) and name in kind.__struct_fields__ for kind in set(map(type, blocks))):
+        return list(map(operator.attrgetter(name), blocks))
+    return [getattr(block, name, None) if isinstance(block, msgspec.Struct)
+            else block.get(name) if isinstance(block, dict) else None for block in blocks]
 
 
 def _verifies(raw: bytes) -> bool:
