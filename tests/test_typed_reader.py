@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 import orjson
+import pandas as pd
 import pytest
 
 from apm.cli.reduce import main
@@ -207,3 +208,48 @@ def test_the_screen_names_each_line_with_a_number_beyond_a_double(tmp_path: Path
     clean = [b'{"h": "c0ffee3e1234"}', b'{"w": "see 12e45"}', b'{"a": 1e99}', b'{"a": "x1e999"}', b'{"a": 1.5e30}']
     data = b"\n".join(x for pair in zip(clean + clean, flagged) for x in pair) + b"\n"
     assert lines._beyond_double(data) == {2 * (i + 1) for i in range(len(flagged))}
+
+
+def test_workers_read_a_load_as_it_is_read_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """apm-reduce's worker processes (load_runs' ``workers``) give the same frames, skipped lines and
+    warnings, in the same order, as reading every file in the caller."""
+    root = fixtures.small_run_set(tmp_path / "runs")
+    with (root / "main" / "records" / "shard-0.jsonl").open("ab") as f:
+        f.write(b'{"key": 3}\nnull\n{"torn')
+    with (root / "main" / "judgements" / "judge.jsonl").open("ab") as f:
+        f.write(b"[]\n")
+    pools = [0]
+
+    class Counted(load.ProcessPoolExecutor):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pools[0] += 1
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(load, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(load, "ProcessPoolExecutor", Counted)
+    monkeypatch.setattr(load.os, "sched_getaffinity", lambda _: {0, 1})
+    read = []
+    for workers in (1, 2):
+        with pytest.warns(UserWarning) as warned:
+            runs = load.load_runs([root], workers=workers)
+        read.append((runs, [str(w.message) for w in warned]))
+    assert pools[0] == 1
+    (here, here_warned), (there, there_warned) = read
+    assert there_warned == here_warned and len(here_warned) == 2  # one a file with a skipped line
+    assert [str(s) for s in there.skipped] == [str(s) for s in here.skipped] and len(here.skipped) == 4
+    for frame in ("records", "judgements", "memory"):
+        pd.testing.assert_frame_equal(getattr(there, frame), getattr(here, frame))
+
+
+def test_the_typed_latency_block_keeps_its_timings_and_what_the_reader_asks_for(tmp_path: Path) -> None:
+    """A block's field the reader names (``latency.mode``) is read into the typed block beside its checked
+    timings, with the value the dict reader gives; the block's other fields are skipped unread."""
+    path = fixtures.write_jsonl(tmp_path / "records.jsonl", [fixtures.record("ER", "C1")])
+    typed = read_typed(path, "records", ("latency.mode", "latency.prep_s"))
+    block = typed.lines[0].latency
+    assert set(block.__struct_fields__) == {"ttft_s", "total_s", "rtf", "mode", "prep_s"}
+    line = next(read_lines(path, "records"))
+    assert (block.mode, block.prep_s, block.ttft_s) == (line["latency"]["mode"], line["latency"].get("prep_s"),
+                                                          line["latency"]["ttft_s"])
+    with pytest.raises(ValueError, match="latency has no field nope"):
+        lines.typed_line("records", ("latency.nope",))

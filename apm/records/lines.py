@@ -213,15 +213,24 @@ def _numbered(data: bytes) -> Iterator[tuple[int, bytes | None]]:
 
 _TIMINGS = ("ttft_s", "total_s", "rtf")
 """The ``latency`` fields :func:`_latency` checks (finite numbers or null)."""
-_Latency = msgspec.defstruct(
-    "TypedLatency", [(n, float | None, None) if n in _TIMINGS else (n, Any, None) for n in field_names(Latency)],
-    kw_only=True)
-"""The ``latency`` block as :func:`_latency` checks it: its timings typed, every other field of the model's
-:class:`~apm.records.model.Latency` as it is."""
 
 
-_COMPILED: dict[Check, tuple[Any, ...]] = {_latency: ("latency", _Latency | None, None)}
-"""Checks of a whole block that a typed field states completely."""
+@functools.cache
+def _typed_latency(kept: tuple[str, ...]) -> Any:
+    """The ``latency`` block as :func:`_latency` checks it: its timings typed, and the other fields of the
+    model's :class:`~apm.records.model.Latency` a reader asks for (``kept``) as they are (null when absent;
+    the rest are skipped unread)."""
+    unknown = sorted(set(kept) - set(field_names(Latency)))
+    if unknown:
+        raise ValueError(f"latency has no field {unknown[0]} (apm.records.model.Latency)")
+    fields = [(n, float | None, None) if n in _TIMINGS else (n, Any, None) for n in field_names(Latency)
+              if n in _TIMINGS or n in kept]
+    return msgspec.defstruct("TypedLatency", fields, kw_only=True) | None
+
+
+_COMPILED: dict[Check, tuple[str, Callable[[tuple[str, ...]], Any]]] = {_latency: ("latency", _typed_latency)}
+"""Checks of a whole block that a typed field states completely: the field, and its type given the block's
+other fields a reader asks for."""
 _RESIDUAL: dict[Check, tuple[str, ...]] = {_judge_score: ("score", "status")}
 """Checks across fields that no type states: run on the typed line's fields they read (named here)."""
 
@@ -236,18 +245,25 @@ class TypedLine(msgspec.Struct, kw_only=True):
 def typed_line(kind: Kind, extra: tuple[str, ...] = ()) -> type[TypedLine]:
     """The struct a ``kind`` line decodes into: each :class:`FieldCheck` of :data:`CHECKS` as its typed
     field, the other checks' fields, and ``extra`` fields a reader wants as they are (any JSON, null
-    when absent; unknown fields are ignored)."""
+    when absent; unknown fields are ignored); an ``outer.inner`` one asks for field ``inner`` of block
+    ``outer``: kept in the typed block where a check types the block (:data:`_COMPILED`), else the whole
+    block as it is."""
+    inner: dict[str, list[str]] = {}
+    for name in extra:
+        outer, _, field_name = name.partition(".")
+        inner.setdefault(outer, []).extend([field_name] if field_name else [])
     fields: list[tuple[Any, ...]] = []
     for check in CHECKS[kind]:
         if isinstance(check, FieldCheck):
             fields.append(check.struct_field())
         elif check in _COMPILED:
-            fields.append(_COMPILED[check])
+            name, block = _COMPILED[check]
+            fields.append((name, block(tuple(sorted(set(inner.get(name, ()))))), None))
         elif check in _RESIDUAL:
             fields += [(name, Any, None) for name in _RESIDUAL[check]]
         elif check is not _run:
             raise TypeError(f"{kind}: check {check.__name__} has no typed form (apm.records.lines)")
-    fields += [(name, Any, None) for name in extra]
+    fields += [(name, Any, None) for name in inner]
     unique: dict[str, tuple[Any, ...]] = {}
     for f in fields:  # a field check's type wins over a residual check's or a reader's plain field
         unique.setdefault(f[0], f)
