@@ -307,7 +307,7 @@ def one_release(records: pd.DataFrame, what: str = "the runs") -> None:
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
     """Categorical keys, nullable booleans and float timings: compact and fast to group."""
-    out = df.copy()
+    out = df.copy(deep=False)  # copy-on-write (pandas 3): replacing its columns leaves the caller's frame as it is
     for c in out.columns.intersection(_CATEGORICAL):
         out[c] = out[c].astype("category")
     for c in out.columns.intersection(_BOOLEAN):
