@@ -235,7 +235,8 @@ def _frame(typed: TypedLines, fields: Sequence[Field]) -> pd.DataFrame:
     columns: dict[str, Any] = {}
     for name, get in RUN_FIELDS:
         derived = np.empty(len(typed.runs), dtype=object)
-        derived[:] = [get(run) for run in typed.runs]
+        for i, run in enumerate(typed.runs):
+            derived[i] = get(run)  # one by one: a list value is a value, never broadcast
         columns[name] = derived[run_of]
     columns |= _columns(typed.lines, fields)
     if typed.raw:
