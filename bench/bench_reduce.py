@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from apm.reduce.load import load_runs
+from apm.reduce.load import WORKERS, load_runs
 from apm.testing import fixtures
 
 RECORDS_PER_TRAJECTORY = 62
@@ -112,7 +112,7 @@ def main() -> int:
         return 0
     if args.step == "load":
         start = time.perf_counter()
-        load_runs([args.root])
+        load_runs([args.root], workers=WORKERS)  # as apm-reduce loads
         print(f"{time.perf_counter() - start}")  # the load alone, imports not counted
         return 0
     with tempfile.TemporaryDirectory() as tmp:

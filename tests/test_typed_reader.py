@@ -11,9 +11,11 @@ from typing import Any
 
 import msgspec
 import orjson
+import pandas as pd
 import pytest
 
 from apm.cli.reduce import main
+from apm.records import lines
 from apm.records.lines import Kind, Skipped, read_lines, read_typed
 from apm.reduce import load, units
 from apm.testing import fixtures
@@ -156,3 +158,98 @@ def test_a_judgements_status_is_typed_by_its_own_check_not_the_score_check(tmp_p
     assert read_typed(path, "judgements", (), by_type).lines == []
     wrong = f"status: not one of ('ok', 'failed') ({str(status)!r})"
     assert [s.reason for s in by_type] == ["status: missing" if status == "absent" else wrong]
+
+
+def _line_by_line(monkeypatch: pytest.MonkeyPatch, path: Path, kind: Kind) -> tuple[Any, list[str]]:
+    """read_typed as it reads a file its one-pass read (lines._all_typed) declines: line by line."""
+    skipped: list[Skipped] = []
+    with monkeypatch.context() as m:
+        m.setattr(lines, "_all_typed", lambda *_: None)
+        typed = read_typed(path, kind, ("output", "day_id", "frames"), skipped, keep_raw=True)
+    return typed, [str(s) for s in skipped]
+
+
+@pytest.mark.parametrize("kind", ["records", "judgements", "memory"])
+def test_a_file_read_in_one_pass_reads_as_it_does_line_by_line(tmp_path: Path, kind: Kind,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fuzzed line among valid ones, and the valid ones alone (with a torn or blank tail): the one-pass
+    read (taken for the valid files) gives the same lines, run blocks, bytes and skipped lines."""
+    rng = random.Random(f"one-pass-{kind}")
+    template = fixtures.small_run_set(tmp_path / "runs")
+    valid = [x.encode() for f in sorted((template / "main" / kind).glob("*.jsonl")) for x in f.read_text().splitlines()]
+    taken = [0]
+    real = lines._all_typed
+
+    def counting(*args: Any) -> Any:
+        found = real(*args)
+        taken[0] += found is not None
+        return found
+
+    monkeypatch.setattr(lines, "_all_typed", counting)
+    files = [b"\n".join(valid) + b"\n", b"\n".join(valid) + b"\n" + valid[0][:20], b"\n".join(valid) + b"\n \n"]
+    files += [b"\n".join([*valid[:2], _mutate(rng, json.loads(rng.choice(valid))).replace(b"\n", b" ")]) + b"\n"
+              for _ in range(150)]
+    for i, data in enumerate(files):
+        path = tmp_path / f"{i}.jsonl"
+        path.write_bytes(data)
+        skipped: list[Skipped] = []
+        typed = read_typed(path, kind, ("output", "day_id", "frames"), skipped, keep_raw=True)
+        slow, slow_skipped = _line_by_line(monkeypatch, path, kind)
+        assert [str(s) for s in skipped] == slow_skipped, data
+        assert (typed.lines, typed.runs, typed.run_of, typed.raw) == (slow.lines, slow.runs, slow.run_of, slow.raw)
+    assert taken[0] > 10, taken  # valid files and harmless mutations were read in one pass; the rest line by line
+
+
+def test_the_screen_names_each_line_with_a_number_beyond_a_double(tmp_path: Path) -> None:
+    """An exponent of three digits or more ending a number (by any byte JSON allows after one), or 200 digits
+    in a row, names its line; a hash's or a word's ``e123`` does not."""
+    flagged = [b'{"a": 1e999}', b'{"a": [1.5E+300]}', b'{"a": -2e-0400 }', b'{"a":1e300\t}',
+               b'{"b": "' + b"9" * 200 + b'"}', b'{"a": {"b": 7e0310}}', b'{"a":[0,1e999]}']
+    clean = [b'{"h": "c0ffee3e1234"}', b'{"w": "see 12e45"}', b'{"a": 1e99}', b'{"a": "x1e999"}', b'{"a": 1.5e30}']
+    data = b"\n".join(x for pair in zip(clean + clean, flagged) for x in pair) + b"\n"
+    assert lines._beyond_double(data) == {2 * (i + 1) for i in range(len(flagged))}
+
+
+def test_workers_read_a_load_as_it_is_read_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """apm-reduce's worker processes (load_runs' ``workers``) give the same frames, skipped lines and
+    warnings, in the same order, as reading every file in the caller."""
+    root = fixtures.small_run_set(tmp_path / "runs")
+    with (root / "main" / "records" / "shard-0.jsonl").open("ab") as f:
+        f.write(b'{"key": 3}\nnull\n{"torn')
+    with (root / "main" / "judgements" / "judge.jsonl").open("ab") as f:
+        f.write(b"[]\n")
+    pools = [0]
+
+    class Counted(load.ProcessPoolExecutor):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pools[0] += 1
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(load, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(load, "ProcessPoolExecutor", Counted)
+    monkeypatch.setattr(load.os, "sched_getaffinity", lambda _: {0, 1})
+    read = []
+    for workers in (1, 2):
+        with pytest.warns(UserWarning) as warned:
+            runs = load.load_runs([root], workers=workers)
+        read.append((runs, [str(w.message) for w in warned]))
+    assert pools[0] == 1
+    (here, here_warned), (there, there_warned) = read
+    assert there_warned == here_warned and len(here_warned) == 2  # one a file with a skipped line
+    assert [str(s) for s in there.skipped] == [str(s) for s in here.skipped] and len(here.skipped) == 4
+    for frame in ("records", "judgements", "memory"):
+        pd.testing.assert_frame_equal(getattr(there, frame), getattr(here, frame))
+
+
+def test_the_typed_latency_block_keeps_its_timings_and_what_the_reader_asks_for(tmp_path: Path) -> None:
+    """A block's field the reader names (``latency.mode``) is read into the typed block beside its checked
+    timings, with the value the dict reader gives; the block's other fields are skipped unread."""
+    path = fixtures.write_jsonl(tmp_path / "records.jsonl", [fixtures.record("ER", "C1")])
+    typed = read_typed(path, "records", ("latency.mode", "latency.prep_s"))
+    block = typed.lines[0].latency
+    assert set(block.__struct_fields__) == {"ttft_s", "total_s", "rtf", "mode", "prep_s"}
+    line = next(read_lines(path, "records"))
+    assert (block.mode, block.prep_s, block.ttft_s) == (line["latency"]["mode"], line["latency"].get("prep_s"),
+                                                          line["latency"]["ttft_s"])
+    with pytest.raises(ValueError, match="latency has no field nope"):
+        lines.typed_line("records", ("latency.nope",))

@@ -17,7 +17,15 @@ from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sy
 from apm.records.atomic import OutputRefused, claim_output, replaced_output, write_json_atomically
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
-from apm.reduce.load import MixedReleases, RunSet, UnmatchedPreference, check_preference, load_runs, one_release
+from apm.reduce.load import (
+    WORKERS,
+    MixedReleases,
+    RunSet,
+    UnmatchedPreference,
+    check_preference,
+    load_runs,
+    one_release,
+)
 from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import judge_note, score_table
@@ -109,7 +117,7 @@ def _wandb(args: argparse.Namespace) -> list[str]:
 
 
 def _compare(args: argparse.Namespace, out: Path) -> None:
-    a, b = (load_runs([p], args.judge, args.rubric) for p in args.compare)
+    a, b = (load_runs([p], args.judge, args.rubric, workers=WORKERS) for p in args.compare)
     compare_runs(a, b, args.seed, args.bootstrap).to_csv(out / "compare.csv", index=False)
 
 
@@ -124,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         claim_output(args.out, PROG)
         note_skipped(PROG, args.runs)
-        runs = load_runs(args.runs, args.judge, args.rubric) if args.runs else None
+        runs = load_runs(args.runs, args.judge, args.rubric, workers=WORKERS) if args.runs else None
         if runs is not None:
             one_release(runs.records)
             check_preference(runs.judgements, args.judge, args.rubric)

@@ -30,13 +30,17 @@ def response_digest(output: str) -> str:
     return hashlib.sha256(output.encode()).hexdigest()
 
 
+_SORTED = json.JSONEncoder(sort_keys=True, ensure_ascii=False)
+"""``json.dumps(..., sort_keys=True, ensure_ascii=False)``, built once (``dumps`` builds its encoder per call)."""
+
+
 def content_digest(judgement: Mapping[str, Any]) -> str:
     """SHA-256 of a judgement's fields (all but :data:`UNSIGNED`) as written: secrets masked, keys sorted,
     so the digest computed before the line is written equals the one computed from the line read back."""
     body = {k: v for k, v in judgement.items() if k not in UNSIGNED}
-    text = json.dumps(body, sort_keys=True, ensure_ascii=False)
+    text = _SORTED.encode(body)
     if may_redact_json(text):  # else masking changes no string: skip re-building the line (most of a read)
-        text = json.dumps(redact_data(body), sort_keys=True, ensure_ascii=False)
+        text = _SORTED.encode(redact_data(body))
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -212,15 +213,24 @@ def _numbered(data: bytes) -> Iterator[tuple[int, bytes | None]]:
 
 _TIMINGS = ("ttft_s", "total_s", "rtf")
 """The ``latency`` fields :func:`_latency` checks (finite numbers or null)."""
-_Latency = msgspec.defstruct(
-    "TypedLatency", [(n, float | None, None) if n in _TIMINGS else (n, Any, None) for n in field_names(Latency)],
-    kw_only=True)
-"""The ``latency`` block as :func:`_latency` checks it: its timings typed, every other field of the model's
-:class:`~apm.records.model.Latency` as it is."""
 
 
-_COMPILED: dict[Check, tuple[Any, ...]] = {_latency: ("latency", _Latency | None, None)}
-"""Checks of a whole block that a typed field states completely."""
+@functools.cache
+def _typed_latency(kept: tuple[str, ...]) -> Any:
+    """The ``latency`` block as :func:`_latency` checks it: its timings typed, and the other fields of the
+    model's :class:`~apm.records.model.Latency` a reader asks for (``kept``) as they are (null when absent;
+    the rest are skipped unread)."""
+    unknown = sorted(set(kept) - set(field_names(Latency)))
+    if unknown:
+        raise ValueError(f"latency has no field {unknown[0]} (apm.records.model.Latency)")
+    fields = [(n, float | None, None) if n in _TIMINGS else (n, Any, None) for n in field_names(Latency)
+              if n in _TIMINGS or n in kept]
+    return msgspec.defstruct("TypedLatency", fields, kw_only=True) | None
+
+
+_COMPILED: dict[Check, tuple[str, Callable[[tuple[str, ...]], Any]]] = {_latency: ("latency", _typed_latency)}
+"""Checks of a whole block that a typed field states completely: the field, and its type given the block's
+other fields a reader asks for."""
 _RESIDUAL: dict[Check, tuple[str, ...]] = {_judge_score: ("score", "status")}
 """Checks across fields that no type states: run on the typed line's fields they read (named here)."""
 
@@ -235,18 +245,25 @@ class TypedLine(msgspec.Struct, kw_only=True):
 def typed_line(kind: Kind, extra: tuple[str, ...] = ()) -> type[TypedLine]:
     """The struct a ``kind`` line decodes into: each :class:`FieldCheck` of :data:`CHECKS` as its typed
     field, the other checks' fields, and ``extra`` fields a reader wants as they are (any JSON, null
-    when absent; unknown fields are ignored)."""
+    when absent; unknown fields are ignored); an ``outer.inner`` one asks for field ``inner`` of block
+    ``outer``: kept in the typed block where a check types the block (:data:`_COMPILED`), else the whole
+    block as it is."""
+    inner: dict[str, list[str]] = {}
+    for name in extra:
+        outer, _, field_name = name.partition(".")
+        inner.setdefault(outer, []).extend([field_name] if field_name else [])
     fields: list[tuple[Any, ...]] = []
     for check in CHECKS[kind]:
         if isinstance(check, FieldCheck):
             fields.append(check.struct_field())
         elif check in _COMPILED:
-            fields.append(_COMPILED[check])
+            name, block = _COMPILED[check]
+            fields.append((name, block(tuple(sorted(set(inner.get(name, ()))))), None))
         elif check in _RESIDUAL:
             fields += [(name, Any, None) for name in _RESIDUAL[check]]
         elif check is not _run:
             raise TypeError(f"{kind}: check {check.__name__} has no typed form (apm.records.lines)")
-    fields += [(name, Any, None) for name in extra]
+    fields += [(name, Any, None) for name in inner]
     unique: dict[str, tuple[Any, ...]] = {}
     for f in fields:  # a field check's type wins over a residual check's or a reader's plain field
         unique.setdefault(f[0], f)
@@ -272,15 +289,20 @@ class TypedLines:
 
 
 @functools.cache
-def _after_decoding(kind: Kind) -> tuple[Callable[[Any], bool], ...]:
+def _after_decoding(kind: Kind) -> tuple[tuple[tuple[str, ...], Callable[..., bool]], ...]:
     """What a decoded ``kind`` line must also satisfy: the checks no type states (:data:`_RESIDUAL`) and
-    the :attr:`FieldCheck.decoded` bounds, each a predicate on the typed line."""
+    the :attr:`FieldCheck.decoded` bounds, each as the typed line's fields it reads and a predicate on
+    their values (in that order)."""
     checks = CHECKS[kind]
-    fields = [(c.name, c.decoded) for c in checks if isinstance(c, FieldCheck) and c.decoded is not None]
-    bounded = [lambda line, n=name, ok=ok: ok(getattr(line, n)) for name, ok in fields]
-    crossed = [lambda line, c=check, r=reads: c({n: getattr(line, n) for n in r}) is None
+    bounded = [((c.name,), c.decoded) for c in checks if isinstance(c, FieldCheck) and c.decoded is not None]
+    crossed = [(reads, lambda *values, c=check, r=reads: c(dict(zip(r, values))) is None)
                for check, reads in _RESIDUAL.items() if check in checks]
     return (*bounded, *crossed)
+
+
+def _passes(line: TypedLine, kind: Kind) -> bool:
+    """Whether one typed line passes :func:`_after_decoding`'s checks."""
+    return all(ok(*(getattr(line, name) for name in reads)) for reads, ok in _after_decoding(kind))
 
 
 def _checked(raw: bytes, kind: Kind, line_type: type[TypedLine]) -> TypedLine | str:
@@ -302,12 +324,19 @@ def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[
                keep_raw: bool = False) -> TypedLines:
     """The usable lines of one JSONL file as :func:`typed_line` structs (with ``extra`` fields): the lines
     :func:`read_lines` yields (docs/records.md, "Reading lines"); each other line is appended to ``skipped``
-    with the reason :func:`read_lines` gives."""
-    out = TypedLines()
+    with the reason :func:`read_lines` gives. A file whose every terminated line the typed decoder settles
+    (:func:`_all_typed`) is read in one pass; any other file line by line."""
     line_type = typed_line(kind, tuple(extra))
-    blocks: dict[bytes, int | None] = {}
     data = _contents(path, skipped)
     beyond = _beyond_double(data)
+    at_once = None if beyond else _all_typed(data, kind, line_type, keep_raw)
+    if at_once is not None:
+        out, torn = at_once
+        if torn and skipped is not None:
+            skipped.append(Skipped(path, torn, UNTERMINATED))
+        return out
+    out = TypedLines()
+    blocks: dict[bytes, int | None] = {}
     for number, raw in _numbered(data):
         if raw is None:
             found: tuple[TypedLine, int] | str = UNTERMINATED
@@ -325,11 +354,46 @@ def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[
     return out
 
 
-_EXPONENTS = (re.compile(rb"e[+-]?[0-9]{3}"), re.compile(rb"E[+-]?[0-9]{3}"))
-"""An exponent of three digits or more (a literal first: the search runs at memory speed)."""
-_DIGITS = bytes.maketrans(b"0123456789", b"0" * 10)
+def _all_typed(data: bytes, kind: Kind, line_type: type[TypedLine],
+               keep_raw: bool) -> tuple[TypedLines, int] | None:
+    """A file's lines as :func:`read_typed` reads them line by line, and the number of its unterminated
+    last line (0: none), when the typed decoder settles every terminated line (each UTF-8 and non-blank,
+    accepted by the decoder, its run block passing :func:`_run`, the line passing :func:`_after_decoding`'s
+    checks; the caller has found no number that may be beyond a double's range); None for any other file.
+    The same decoder and checks as line by line, each applied to a whole column of the file's lines."""
+    lines = data.split(b"\n")
+    last = lines.pop()  # after the last newline: empty, or a line in the writing
+    torn = len(lines) + 1 if last.strip() else 0
+    if not data.isascii() and not _is_utf8(data[: data.rfind(b"\n") + 1]):
+        return None
+    try:
+        typed = list(map(_decoder(line_type).decode, lines))  # a blank line is refused like any other
+    except (ValueError, RecursionError):  # msgspec.DecodeError, ValidationError, UnicodeDecodeError
+        return None
+    blocks = list(map(bytes, map(operator.attrgetter("run"), typed)))
+    runs: list[dict[str, Any]] = []
+    index = {block: _run_index(block, runs) for block in dict.fromkeys(blocks)}  # first appearance first
+    if None in index.values():
+        return None
+    for reads, ok in _after_decoding(kind):
+        if not all(map(ok, *(map(operator.attrgetter(name), typed) for name in reads))):
+            return None
+    run_of = cast(list[int], list(map(index.__getitem__, blocks)))
+    return TypedLines(typed, runs, run_of, lines if keep_raw else []), torn
+
+
+_NUMERIC = bytearray(range(256))
+_NUMERIC[ord("0") : ord("9") + 1] = b"0" * 10
+_NUMERIC[ord("E")], _NUMERIC[ord("-")] = ord("e"), ord("+")
+for _end in b",}] \t\r\n":
+    _NUMERIC[_end] = ord(",")
+_NUMERICAL = bytes(_NUMERIC)
+"""Each digit read as ``0``, ``E`` as ``e``, ``-`` as ``+``, and each byte that may end a JSON number (``,``,
+``}``, ``]``, JSON white space) as ``,``: an exponent of three digits or more then reads ``e000…,`` or
+``e+000…,``."""
+_EXPONENT = re.compile(rb"e\+?000+,")
 _LONG_RUN = b"0" * 200
-"""200 digits in a row, once every digit reads as ``0`` (:data:`_DIGITS`)."""
+"""200 digits in a row, once every digit reads as ``0`` (:data:`_NUMERICAL`)."""
 _MANTISSA = frozenset(b"0123456789.")
 _BEFORE_A_NUMBER = frozenset(b":,[ \t\r\n")
 
@@ -337,15 +401,16 @@ _BEFORE_A_NUMBER = frozenset(b":,[ \t\r\n")
 def _beyond_double(data: bytes) -> set[int]:
     """The numbers of the lines of ``data`` (numbered as :func:`_numbered` numbers them) that may hold a
     JSON number beyond a double's range (about 1.8e308), which orjson refuses and msgspec skips unchecked
-    in a field no check reads: a number with an exponent of three digits or more, or 200 digits in a row
-    anywhere (with a smaller exponent and fewer digits a number stays below 1e300). Some lines named hold
-    no such number; they are only read the slow way."""
-    at = [m.start() for pattern in _EXPONENTS for m in pattern.finditer(data) if _ends_a_mantissa(data, m.start())]
-    digits = data.translate(_DIGITS)
-    run = digits.find(_LONG_RUN)
+    in a field no check reads: a number with an exponent of three digits or more (its digits followed by
+    what may end a number: a number followed by anything else is not JSON to either decoder), or 200
+    digits in a row anywhere (with a smaller exponent and fewer digits a number stays below 1e300). Some
+    lines named hold no such number; they are only read the slow way."""
+    numeric = data.translate(_NUMERICAL)
+    at = [m.start() for m in _EXPONENT.finditer(numeric) if _ends_a_mantissa(data, m.start())]
+    run = numeric.find(_LONG_RUN)
     while run >= 0:
         at.append(run)
-        run = digits.find(_LONG_RUN, run + len(_LONG_RUN))
+        run = numeric.find(_LONG_RUN, run + len(_LONG_RUN))
     numbers: set[int] = set()
     line, seen = 1, 0
     for position in sorted(at):
@@ -395,7 +460,7 @@ def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[by
             if block not in blocks:
                 blocks[block] = _run_index(block, runs)
             index = blocks[block]
-            if index is not None and all(ok(typed) for ok in _after_decoding(kind)):
+            if index is not None and _passes(typed, kind):
                 return typed, index
     checked = _checked(raw, kind, line_type)
     if isinstance(checked, str):

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import difflib
 import json
+import multiprocessing
 import operator
+import os
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
+import numpy as np
 import orjson
 import pandas as pd
 
@@ -55,36 +59,23 @@ RunField = tuple[str, Callable[[Run], Any]]
 
 
 class Field(NamedTuple):
-    """A column picked from a typed line (:func:`apm.records.lines.read_typed`), and the line's fields it reads."""
+    """A column of a typed line (:func:`apm.records.lines.read_typed`) and the line's fields it reads
+    (``outer.inner``: a block's field): picked (``at``: a field, or ``(outer, inner)``, the field ``inner``
+    of a block, a typed block's attribute or a plain object's key, else None) or computed (``get``, a
+    function of the line)."""
 
     name: str
-    get: Callable[[Any], Any]
     reads: tuple[str, ...]
-
-
-def _top(name: str) -> Field:
-    return Field(name, operator.attrgetter(name), (name,))
-
-
-def _nested(outer: str, inner: str) -> Callable[[Any], Any]:
-    """``outer.inner`` of a typed line: a typed block's attribute, a plain object's key; else None."""
-
-    def get(line: Any) -> Any:
-        block = getattr(line, outer)
-        if isinstance(block, msgspec.Struct):
-            return getattr(block, inner, None)
-        return block.get(inner) if isinstance(block, dict) else None
-
-    return get
+    at: tuple[str, ...] = ()
+    get: Callable[[Any], Any] | None = None
 
 
 def _field(model: type, name: str, column: str | None = None) -> Field:
     """The column of a field of a line model (``outer.inner``: one level down), checked against the model
     (:func:`apm.records.model.named`) when this module loads; named ``column``, else the field's last part."""
-    outer, _, inner = named(model, name)[0].partition(".")
-    if not inner:
-        return _top(outer)._replace(name=column or outer)
-    return Field(column or inner, _nested(outer, inner), (outer,))
+    path = named(model, name)[0]
+    outer, _, inner = path.partition(".")
+    return Field(column or inner or outer, (path,), (outer, inner) if inner else (outer,))
 
 
 def _response_digest(line: Any) -> str | None:
@@ -170,7 +161,7 @@ RECORD_FIELDS: list[Field] = _record(
     "original_candidate_id", "parse_status", "decision", "answer", "correct", "gate_pass", "error",
     "written_ns", "revision", "latency.ttft_s", "latency.total_s", "latency.rtf",
 ) + [_field(InstanceRecord, "latency.mode", "latency_mode"),
-     Field("response_sha256", _response_digest, named(InstanceRecord, *_DIGESTED))]
+     Field("response_sha256", named(InstanceRecord, *_DIGESTED), get=_response_digest)]
 """What scoring needs from a record, after :data:`RUN_FIELDS` (``response_sha256`` is computed, for judged
 records only); every field named is checked against the record model
 (:class:`apm.records.model.InstanceRecord`) at import."""
@@ -206,26 +197,72 @@ def _files(paths: Iterable[str | Path], kind: str) -> list[Path]:
     return [f for run in find_runs(paths).runs for f in run.files(kind)]
 
 
-def _parse(path: Path, kind: Kind, fields: Sequence[Field], skipped: list[Skipped]) -> TypedLines:
-    """The usable lines of a file (:func:`apm.records.lines.read_typed`); the rest go to ``skipped``,
-    and a warning names the file and the first reason."""
-    before = len(skipped)
+def _read_file(path: Path, kind: Kind, fields: Sequence[Field]) -> tuple[pd.DataFrame, list[Skipped]]:
+    """One file's frame (:func:`_frame`, its release filled in by :func:`_with_saved_release`) and the lines
+    :func:`apm.records.lines.read_typed` left out of it."""
+    skipped: list[Skipped] = []
     reads = tuple(dict.fromkeys(name for f in fields for name in f.reads))
     typed = read_typed(path, kind, reads, skipped, keep_raw=kind == "judgements")
-    if len(skipped) > before:
-        warnings.warn(f"{path}: skipped {len(skipped) - before} line(s); first: {skipped[before]}", stacklevel=3)
-    return typed
+    return _with_saved_release(_frame(typed, fields), path), skipped
+
+
+FileJob = tuple[Path, Kind, Sequence[Field]]
+WORKERS = 2
+"""Worker processes ``apm-reduce`` reads a large load's files in (:func:`load_runs`' ``workers``)."""
+WORKER_START = "forkserver"
+"""How the workers start: from a clean server process, never by forking the caller, whose other threads may
+hold a lock at the fork that the child then waits on forever (as :data:`apm.video.cache.WORKER_START`)."""
+PARALLEL_BYTES = 32 << 20
+"""The size of a load's files from which workers read them (below it, starting the workers costs more than
+they save)."""
+
+
+def _read_files(jobs: Sequence[FileJob], workers: int = 1) -> Iterator[tuple[pd.DataFrame, list[Skipped]]]:
+    """Each job's :func:`_read_file`, in the jobs' order: in ``workers`` worker processes (at most one per
+    CPU, started as :data:`WORKER_START` says) when there are several files of :data:`PARALLEL_BYTES` or
+    more in all, else here."""
+    workers = min(workers, len(os.sched_getaffinity(0)), len(jobs))
+    if workers < 2 or sum(path.stat().st_size for path, _, _ in jobs if path.is_file()) < PARALLEL_BYTES:
+        yield from (_read_file(*job) for job in jobs)
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(WORKER_START)) as pool:
+        yield from pool.map(_read_file, *zip(*jobs))
 
 
 def _frame(typed: TypedLines, fields: Sequence[Field]) -> pd.DataFrame:
-    """The run block's columns (derived once per distinct block) and the fields' columns, one list
-    comprehension per column (fast on 1M rows)."""
-    derived = [[get(run) for run in typed.runs] for _, get in RUN_FIELDS]
-    columns = {name: [values[i] for i in typed.run_of] for (name, _), values in zip(RUN_FIELDS, derived)}
-    columns |= {name: [get(line) for line in typed.lines] for name, get, _ in fields}
+    """The run block's columns (derived once per distinct block) and the fields' columns (:func:`_columns`)."""
+    run_of = np.asarray(typed.run_of, dtype=np.intp)
+    columns: dict[str, Any] = {}
+    for name, get in RUN_FIELDS:
+        derived = np.empty(len(typed.runs), dtype=object)
+        for i, run in enumerate(typed.runs):
+            derived[i] = get(run)  # one by one: a list value is a value, never broadcast
+        columns[name] = derived[run_of]
+    columns |= _columns(typed.lines, fields)
     if typed.raw:
         columns[VERIFIED] = [_verifies(raw) for raw in typed.raw]
     return pd.DataFrame(columns)
+
+
+def _columns(lines: list[Any], fields: Sequence[Field]) -> dict[str, list[Any]]:
+    """Each field's column over ``lines``, in the fields' order: a picked one by one attribute read per line
+    (:func:`_inner` for a block's field; fast on 1M rows), a computed one by its function."""
+    outers = dict.fromkeys(f.at[0] for f in fields if f.at)
+    picked: dict[tuple[str, ...], list[Any]] = {(o,): list(map(operator.attrgetter(o), lines)) for o in outers}
+    for f in fields:
+        if len(f.at) == 2:
+            picked[f.at] = _inner(picked[f.at[:1]], f.at[1])
+    computed = {f.name: list(map(f.get, lines)) for f in fields if f.get is not None}
+    return {f.name: picked[f.at] if f.at else computed[f.name] for f in fields}
+
+
+def _inner(blocks: list[Any], name: str) -> list[Any]:
+    """The field ``name`` of each block: a typed block's attribute, a plain object's key, else None (read
+    as an attribute of every block at once when each is a typed block that has it)."""
+    if all(issubclass(kind, msgspec.Struct) and name in kind.__struct_fields__ for kind in set(map(type, blocks))):
+        return list(map(operator.attrgetter(name), blocks))
+    return [getattr(block, name, None) if isinstance(block, msgspec.Struct)
+            else block.get(name) if isinstance(block, dict) else None for block in blocks]
 
 
 def _verifies(raw: bytes) -> bool:
@@ -271,7 +308,7 @@ def one_release(records: pd.DataFrame, what: str = "the runs") -> None:
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
     """Categorical keys, nullable booleans and float timings: compact and fast to group."""
-    out = df.copy()
+    out = df.copy(deep=False)  # copy-on-write (pandas 3): replacing its columns leaves the caller's frame as it is
     for c in out.columns.intersection(_CATEGORICAL):
         out[c] = out[c].astype("category")
     for c in out.columns.intersection(_BOOLEAN):
@@ -294,16 +331,30 @@ def latest(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return in_write_order(df).drop_duplicates(list(keys), keep="last").sort_index().reset_index(drop=True)
 
 
+def _concat(kind: Kind, fields: Sequence[Field], files: Sequence[Path],
+            read: Iterator[tuple[pd.DataFrame, list[Skipped]]], skipped: list[Skipped] | None) -> pd.DataFrame:
+    """The ``kind`` files' frames (the next ``len(files)`` of ``read``) as one typed DataFrame (empty, with
+    columns, if none); their unusable lines go to ``skipped``, and a warning names each file with any and
+    its first reason."""
+    frames = []
+    for path in files:
+        frame, lost = next(read)
+        if lost:
+            warnings.warn(f"{path}: skipped {len(lost)} line(s); first: {lost[0]}", stacklevel=3)
+        if skipped is not None:
+            skipped += lost
+        if len(frame):
+            frames.append(frame)
+    empty = [n for n, _ in RUN_FIELDS] + [f.name for f in fields] + ([VERIFIED] if kind == "judgements" else [])
+    return _typed(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=empty))
+
+
 def _read(
     paths: Iterable[str | Path], kind: Kind, fields: Sequence[Field], skipped: list[Skipped] | None = None
 ) -> pd.DataFrame:
     """All lines of one kind under ``paths`` as one typed DataFrame (empty, with columns, if none)."""
-    dropped = [] if skipped is None else skipped
-    frames = [_with_saved_release(_frame(_parse(f, kind, fields, dropped), fields), f) for f in _files(paths, kind)]
-    frames = [f for f in frames if len(f)]
-    empty = [n for n, _ in RUN_FIELDS] + [f.name for f in fields] + ([VERIFIED] if kind == "judgements" else [])
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=empty)
-    return _typed(df)
+    files = _files(paths, kind)
+    return _concat(kind, fields, files, _read_files([(f, kind, fields) for f in files]), skipped)
 
 
 def load_records(
@@ -314,7 +365,14 @@ def load_records(
     ``detail`` adds the raw output, frames, prompt and timing fields (for drilling into instances);
     unusable lines are appended to ``skipped``.
     """
-    df = _read(paths, "records", RECORD_FIELDS + (DETAIL_FIELDS if detail else []), skipped)
+    return _latest_records(_read(paths, "records", _record_fields(detail), skipped))
+
+
+def _record_fields(detail: bool) -> list[Field]:
+    return RECORD_FIELDS + (DETAIL_FIELDS if detail else [])
+
+
+def _latest_records(df: pd.DataFrame) -> pd.DataFrame:
     return latest(df, ["config_hash", "key"])
 
 
@@ -332,11 +390,16 @@ def load_judgements(
     ``records``, so is a judgement of another response than the record's current output (a stale one,
     after a rerun).
     """
-    df = _read(paths, "judgements", JUDGEMENT_FIELDS, skipped)
+    return _selected(_read(paths, "judgements", JUDGEMENT_FIELDS, skipped), judge, rubric_version, records)
+
+
+def _selected(df: pd.DataFrame, judge: str | None, rubric_version: str | None,
+              records: pd.DataFrame | None) -> pd.DataFrame:
+    """The judgements :func:`load_judgements` selects from all judgement lines read."""
     forged = ~df[VERIFIED].astype("bool")
     if forged.any():
         warnings.warn(f"{int(forged.sum())} judgement line(s) do not verify (edited, or without a content digest): "
-                      "left out; apm-judge judges those probes again", stacklevel=2)
+                      "left out; apm-judge judges those probes again", stacklevel=3)
     df = df[~forged].drop(columns=VERIFIED)
     if records is not None:
         df = df[_current(df, records)]
@@ -381,7 +444,10 @@ def _current(judgements: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
 
 def load_memory(paths: Iterable[str | Path], skipped: list[Skipped] | None = None) -> pd.DataFrame:
     """Per-session persistent-state lines; the newest per (config_hash, trajectory, session) wins."""
-    df = _read(paths, "memory", MEMORY_FIELDS, skipped)
+    return _latest_memory(_read(paths, "memory", MEMORY_FIELDS, skipped))
+
+
+def _latest_memory(df: pd.DataFrame) -> pd.DataFrame:
     return latest(df, ["config_hash", "trajectory_id", "session_index"])
 
 
@@ -403,11 +469,22 @@ class RunSet:
 
 
 def load_runs(
-    paths: Iterable[str | Path], judge: str | None = None, rubric_version: str | None = None, detail: bool = False
+    paths: Iterable[str | Path], judge: str | None = None, rubric_version: str | None = None, detail: bool = False,
+    workers: int = 1,
 ) -> RunSet:
-    """Records, judgements (selected as in :func:`load_judgements`), memory lines and plans under ``paths``."""
+    """Records, judgements (selected as in :func:`load_judgements`), memory lines and plans under ``paths``;
+    ``workers`` > 1 reads a large load's files in that many worker processes (:func:`_read_files`; the
+    same frames, warnings and skipped lines as read here: the caller's main module must guard its entry
+    point, ``if __name__ == "__main__"``, as a console script's does)."""
     paths = list(paths)
     skipped: list[Skipped] = []
-    records = load_records(paths, detail, skipped)
-    judgements = load_judgements(paths, judge, rubric_version, records, skipped)
-    return RunSet(records, judgements, load_memory(paths, skipped), tuple(skipped), read_plans(run_dirs(paths)))
+    kinds: list[tuple[Kind, Sequence[Field]]] = [
+        ("records", _record_fields(detail)), ("judgements", JUDGEMENT_FIELDS), ("memory", MEMORY_FIELDS)]
+    files = [_files(paths, kind) for kind, _ in kinds]
+    jobs: list[FileJob] = [(f, kind, fields) for (kind, fields), of_kind in zip(kinds, files) for f in of_kind]
+    read = _read_files(jobs, workers)
+    records, judgements, memory = (_concat(kind, fields, of_kind, read, skipped)
+                                   for (kind, fields), of_kind in zip(kinds, files))
+    records = _latest_records(records)
+    return RunSet(records, _selected(judgements, judge, rubric_version, records), _latest_memory(memory),
+                  tuple(skipped), read_plans(run_dirs(paths)))
