@@ -84,3 +84,25 @@ def test_fuzzed_lines_never_crash_a_reduction(tmp_path: Path) -> None:
         runs = load_runs([template])
     assert len(runs.skipped) > 300
     score_table(runs.records, runs.judgements, runs.memory, reps=20)
+
+
+@pytest.mark.parametrize("fingerprint", [["ab", "cd"], {"sha": "ab"}, 7, ""])
+def test_a_run_block_whose_release_fingerprint_is_no_string_is_a_skipped_line(tmp_path: Path, fingerprint) -> None:
+    """A retyped ``run.release_fingerprint`` is one skipped line, named, not a TypeError building the
+    categorical columns (a list is unhashable)."""
+    root = fixtures.small_run_set(tmp_path / "runs")
+    good = fixtures.record("ER", "C9")
+    _append(root / "main" / "records" / "shard-0.jsonl",
+            orjson.dumps({**good, "run": {**good["run"], "release_fingerprint": fingerprint}}))
+    with pytest.warns(UserWarning, match="skipped"):
+        runs = load_runs([root])
+    assert [s.reason for s in runs.skipped] == ["run.release_fingerprint: missing or of the wrong type"]
+    assert "T1/C9/query" not in set(runs.records["key"])
+
+
+def test_a_config_json_whose_release_fingerprint_is_no_string_names_no_release(tmp_path: Path) -> None:
+    """Lines without a fingerprint take their run dir's from ``config.json`` only where it is a string."""
+    root = fixtures.small_run_set(tmp_path / "runs")
+    (root / "main" / "config.json").write_text(json.dumps({"release_fingerprint": ["ab", "cd"]}))
+    runs = load_runs([root])
+    assert runs.records["release_fingerprint"].isna().all()

@@ -101,13 +101,15 @@ def _text(name: str, optional: bool = True) -> FieldCheck:
 
 
 def _run(line: Line) -> str | None:
-    """The ``run`` block names the method: its names are strings, its config parts objects."""
+    """The ``run`` block names the method: its names are strings, its config parts objects, and the release
+    it ran on, where it names one, a string (a retyped one would be a table's key)."""
     run = line.get("run")
     if not isinstance(run, dict):
         return "run: missing (no method to count it under)"
     names = ("dataset", "memory", "backbone", "config_hash")
     parts = ("choices", "overrides", "capabilities", "declarations")
     bad = [k for k in names if not isinstance(run.get(k), str) or not run[k]]
+    bad += [k for k in ("release_fingerprint",) if run.get(k) is not None and not (isinstance(run[k], str) and run[k])]
     bad += [k for k in parts if run.get(k) is not None and not isinstance(run[k], dict)]
     choices = run.get("choices") or {}
     bad += [f"choices.{k}" for k, v in choices.items() if v is not None and not isinstance(v, str)]

@@ -284,6 +284,8 @@ def _with_saved_release(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
         saved = json.loads(RunDir(path.parent.parent).config.read_text()).get(RELEASE)
     except (OSError, ValueError, AttributeError):
         saved = None
+    if not isinstance(saved, str) or not saved:  # a damaged config.json names no release
+        return frame
     return frame.assign(**{RELEASE: frame[RELEASE].where(frame[RELEASE].notna(), saved)})
 
 
