@@ -109,7 +109,8 @@ def _run(line: Line) -> str | None:
     names = ("dataset", "memory", "backbone", "config_hash")
     parts = ("choices", "overrides", "capabilities", "declarations")
     bad = [k for k in names if not isinstance(run.get(k), str) or not run[k]]
-    bad += [k for k in ("release_fingerprint",) if run.get(k) is not None and not (isinstance(run[k], str) and run[k])]
+    release = run.get("release_fingerprint")
+    bad += ["release_fingerprint"] if release is not None and (not isinstance(release, str) or not release) else []
     bad += [k for k in parts if run.get(k) is not None and not isinstance(run[k], dict)]
     choices = run.get("choices") or {}
     bad += [f"choices.{k}" for k, v in choices.items() if v is not None and not isinstance(v, str)]
