@@ -253,3 +253,30 @@ def test_the_typed_latency_block_keeps_its_timings_and_what_the_reader_asks_for(
                                                           line["latency"]["ttft_s"])
     with pytest.raises(ValueError, match="latency has no field nope"):
         lines.typed_line("records", ("latency.nope",))
+
+
+def test_files_typed_one_by_one_join_as_one_file_of_all_their_lines(tmp_path: Path) -> None:
+    """Each file's frame is typed where it is read (a worker) and the frames joined by their categories'
+    union: the same frame, categories and their order included, as one file holding every line in order,
+    whatever each file's values (a column null throughout one file, values and methods only one file has)."""
+    def shard(memory: str, trajectory: str, answer: str | None, decision: str | None) -> list[dict[str, Any]]:
+        return [fixtures.record("ER", f"C{i}", trajectory=trajectory, run=fixtures.run_info(memory), answer=answer,
+                                decision=decision) for i in range(3)]
+
+    shards = [shard("raw_video", "T9", None, None), shard("none", "T1", "D", "SILENT"), shard("bm25", "T5", "A", None)]
+    for i, lines_of in enumerate(shards):
+        fixtures.write_jsonl(tmp_path / "split" / "records" / f"shard-{i}.jsonl", lines_of)
+    fixtures.write_jsonl(tmp_path / "whole" / "records" / "shard-0.jsonl", [x for s in shards for x in s])
+    split, whole = (load.load_records([tmp_path / name], detail=True) for name in ("split", "whole"))
+    assert split["answer"].cat.categories.tolist() == ["A", "D"]
+    assert split["memory"].cat.categories.tolist() == ["bm25", "none", "raw_video"]
+    pd.testing.assert_frame_equal(split, whole, check_exact=True)
+
+
+def test_categorical_parts_of_different_types_join_through_their_values() -> None:
+    """Parts whose categories do not share a type (a column no check types) join as ``astype("category")``
+    of their joined values would type them, never raise."""
+    parts = [pd.Series([2, 1]).astype("category"), pd.Series(["b", None]).astype("category")]
+    joined = pd.Series(load._union(parts))
+    expected = pd.Series([2, 1, "b", None], dtype=object).astype("category")
+    pd.testing.assert_series_equal(joined, expected)

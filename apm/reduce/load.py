@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 import orjson
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from apm.records.declaration import Declaration, from_record, method_kind
 from apm.records.judging import needs_judge, response_digest, verifies
@@ -198,12 +199,12 @@ def _files(paths: Iterable[str | Path], kind: str) -> list[Path]:
 
 
 def _read_file(path: Path, kind: Kind, fields: Sequence[Field]) -> tuple[pd.DataFrame, list[Skipped]]:
-    """One file's frame (:func:`_frame`, its release filled in by :func:`_with_saved_release`) and the lines
-    :func:`apm.records.lines.read_typed` left out of it."""
+    """One file's typed frame (:func:`_frame`, :func:`_typed`; a run block naming no release names its run
+    dir's, :func:`_saved_release`) and the lines :func:`apm.records.lines.read_typed` left out of it."""
     skipped: list[Skipped] = []
     reads = tuple(dict.fromkeys(name for f in fields for name in f.reads))
     typed = read_typed(path, kind, reads, skipped, keep_raw=kind == "judgements")
-    return _with_saved_release(_frame(typed, fields), path), skipped
+    return _typed(_frame(typed, fields, lambda: _saved_release(path))), skipped
 
 
 FileJob = tuple[Path, Kind, Sequence[Field]]
@@ -229,15 +230,19 @@ def _read_files(jobs: Sequence[FileJob], workers: int = 1) -> Iterator[tuple[pd.
         yield from pool.map(_read_file, *zip(*jobs))
 
 
-def _frame(typed: TypedLines, fields: Sequence[Field]) -> pd.DataFrame:
-    """The run block's columns (derived once per distinct block) and the fields' columns (:func:`_columns`)."""
+def _frame(typed: TypedLines, fields: Sequence[Field], saved_release: Callable[[], str | None]) -> pd.DataFrame:
+    """The run block's columns (derived once per distinct block, :func:`_per_block`; a block naming no release
+    gets ``saved_release()``) and the fields' columns (:func:`_columns`)."""
     run_of = np.asarray(typed.run_of, dtype=np.intp)
     columns: dict[str, Any] = {}
     for name, get in RUN_FIELDS:
         derived = np.empty(len(typed.runs), dtype=object)
         for i, run in enumerate(typed.runs):
             derived[i] = get(run)  # one by one: a list value is a value, never broadcast
-        columns[name] = derived[run_of]
+        if name == RELEASE and any(value is None for value in derived):
+            saved = saved_release()
+            derived[[value is None for value in derived]] = saved
+        columns[name] = _per_block(derived, run_of)
     columns |= _columns(typed.lines, fields)
     if typed.raw:
         columns[VERIFIED] = [_verifies(raw) for raw in typed.raw]
@@ -275,18 +280,21 @@ def _verifies(raw: bytes) -> bool:
         return False
 
 
-def _with_saved_release(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
-    """Lines whose ``run`` block names no release (written before it did) get their run dir's, from
-    ``config.json`` beside the ``<kind>/`` folder, where it says one."""
-    if RELEASE not in frame.columns or frame[RELEASE].notna().all():
-        return frame
+def _per_block(values: np.ndarray, run_of: np.ndarray) -> pd.Categorical:
+    """The column whose line ``i`` holds ``values[run_of[i]]``, as ``astype("category")`` makes it (the values
+    seen, sorted, as categories), coded from the blocks' codes instead of hashing a value per line."""
+    blocks = pd.Categorical(values)
+    return pd.Categorical.from_codes(blocks.codes[run_of], dtype=blocks.dtype).remove_unused_categories()
+
+
+def _saved_release(path: Path) -> str | None:
+    """The release its run dir's ``config.json`` (beside the ``<kind>/`` folder of ``path``) names, for lines
+    whose ``run`` block names none (written before it did); None where it names none or is damaged."""
     try:
         saved = json.loads(RunDir(path.parent.parent).config.read_text()).get(RELEASE)
     except (OSError, ValueError, AttributeError):
-        saved = None
-    if not isinstance(saved, str) or not saved:  # a damaged config.json names no release
-        return frame
-    return frame.assign(**{RELEASE: frame[RELEASE].where(frame[RELEASE].notna(), saved)})
+        return None
+    return saved if isinstance(saved, str) and saved else None
 
 
 class MixedReleases(ValueError):
@@ -348,7 +356,33 @@ def _concat(kind: Kind, fields: Sequence[Field], files: Sequence[Path],
         if len(frame):
             frames.append(frame)
     empty = [n for n, _ in RUN_FIELDS] + [f.name for f in fields] + ([VERIFIED] if kind == "judgements" else [])
-    return _typed(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=empty))
+    return _joined(frames) if frames else _typed(pd.DataFrame(columns=empty))
+
+
+def _joined(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Typed frames (:func:`_typed`) as one, row after row, as typed as the concatenation of their untyped
+    frames: a column categorical in every frame joined by its categories' union (:func:`_union`)."""
+    if len(frames) == 1:
+        return frames[0]
+    columns = frames[0].columns
+    categorical = [c for c in columns if all(isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames)]
+    joined = pd.concat([f.drop(columns=categorical) for f in frames], ignore_index=True)
+    return joined.assign(**{c: _union([f[c] for f in frames]) for c in categorical})[columns]
+
+
+def _union(parts: Sequence[pd.Series]) -> pd.Categorical | pd.Series:
+    """Categorical columns as one, row after row, with the categories ``astype("category")`` would give the
+    joined values (those seen, sorted); a part of no values (all null) takes the others' categories. Where
+    the parts' categories differ in type or do not sort, the values are joined and typed again."""
+    seen = [p for p in parts if len(p.cat.categories)]
+    if not seen:
+        return pd.concat(parts, ignore_index=True)
+    like = seen[0].dtype
+    try:
+        return union_categoricals([p if len(p.cat.categories) else p.astype(like) for p in parts],
+                                  sort_categories=True)
+    except TypeError:  # categories of different types, or unorderable ones
+        return pd.concat(parts, ignore_index=True).astype("object").astype("category")
 
 
 def _read(
