@@ -472,7 +472,7 @@ def _current(judgements: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
     ids = ["config_hash", "key"]
     now = records.loc[:, ids + ["response_sha256"]].astype({"config_hash": "str"})
     seen = judgements.loc[:, ids + ["response_sha256"]].astype({"config_hash": "str"})
-    joined = seen.merge(now, how="left", on=ids, suffixes=("", "_now"), validate="many_to_one")
+    joined = seen.merge(now, how="left", on=ids, suffixes=("", "_now"))  # one record per key: else too long below
     judged, current = joined["response_sha256"], joined["response_sha256_now"]
     keep = judged.isna() | current.isna() | (judged == current)
     return pd.Series(keep.to_numpy(dtype=bool), index=judgements.index)
