@@ -470,7 +470,8 @@ def check_preference(judgements: pd.DataFrame, judge: str | None, rubric: str | 
 def _current(judgements: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
     """Which judgements judged the response now on record (true where either digest is unknown)."""
     ids = ["config_hash", "key"]
-    now = records.loc[:, ids + ["response_sha256"]].astype({"config_hash": "str"})
+    digested = records["response_sha256"].notna()  # a record without one keeps its judgements: leave it out
+    now = records.loc[digested, ids + ["response_sha256"]].astype({"config_hash": "str"})
     seen = judgements.loc[:, ids + ["response_sha256"]].astype({"config_hash": "str"})
     joined = seen.merge(now, how="left", on=ids, suffixes=("", "_now"))  # one record per key: else too long below
     judged, current = joined["response_sha256"], joined["response_sha256_now"]
@@ -519,8 +520,7 @@ def load_runs(
     files = [_files(paths, kind) for kind, _ in kinds]
     jobs: list[FileJob] = [(f, kind, fields) for (kind, fields), of_kind in zip(kinds, files) for f in of_kind]
     read = _read_files(jobs, workers)
-    records, judgements, memory = (_concat(kind, fields, of_kind, read, skipped)
-                                   for (kind, fields), of_kind in zip(kinds, files))
-    records = _latest_records(records)
-    return RunSet(records, _selected(judgements, judge, rubric_version, records), _latest_memory(memory),
-                  tuple(skipped), read_plans(run_dirs(paths)))
+    frames = (_concat(kind, fields, of_kind, read, skipped) for (kind, fields), of_kind in zip(kinds, files))
+    records = _latest_records(next(frames))  # each kind reduced as it comes, while the workers read the next
+    judgements = _selected(next(frames), judge, rubric_version, records)
+    return RunSet(records, judgements, _latest_memory(next(frames)), tuple(skipped), read_plans(run_dirs(paths)))
