@@ -22,7 +22,12 @@ lines (the revision and the write stamp)."""
 
 def needs_judge(rec: Mapping[str, Any]) -> bool:
     """Only gate-passing adaptive probes get a judge score; everything else is decided by the gate."""
-    return rec.get("task") in ADAPTIVE and rec.get("error") is None and rec.get("gate_pass") is True
+    return judged(rec.get("task"), rec.get("error"), rec.get("gate_pass"))
+
+
+def judged(task: Any, error: Any, gate_pass: Any) -> bool:
+    """:func:`needs_judge` of a record with these fields (a typed line's, without building a dict)."""
+    return task in ADAPTIVE and error is None and gate_pass is True
 
 
 def response_digest(output: str) -> str:

@@ -26,7 +26,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from apm.records.declaration import Declaration, from_record, method_kind
-from apm.records.judging import needs_judge, response_digest, verifies
+from apm.records.judging import judged, response_digest, verifies
 from apm.records.lines import Kind, Skipped, TypedLines, read_typed
 from apm.records.model import InstanceRecord, JudgementLine, MemoryLine, RunBlock, named
 from apm.records.rundir import RunDir, find_runs
@@ -82,8 +82,8 @@ def _field(model: type, name: str, column: str | None = None) -> Field:
 def _response_digest(line: Any) -> str | None:
     """The judge stage's digest of a record it judges (gate-passing adaptive), else None."""
     output = line.output
-    judged = needs_judge({"task": line.task, "error": line.error, "gate_pass": line.gate_pass})
-    return response_digest(output) if judged and isinstance(output, str) else None
+    digested = isinstance(output, str) and judged(line.task, line.error, line.gate_pass)
+    return response_digest(output) if digested else None
 
 
 def _choice(group: str) -> Callable[[Run], Any]:
