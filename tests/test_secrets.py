@@ -11,12 +11,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
 
 import apm.records.redact as redact_module
 from apm.backbones.openai_api import OpenAIBackbone
+from apm.records import judging
 from apm.records.judging import UNSIGNED, content_digest
 from apm.records.redact import redact, redact_data, register_config_secrets, register_secret
 from apm.synth import generate
@@ -188,3 +190,18 @@ def test_a_judgements_content_digest_is_that_of_its_masked_line(text: str, escap
     line = {"key": "syn-ER-01", "reason": text, "checks": {text: "pass"}, "score": 4, "revision": 3}
     assert content_digest(line) == _digest_of_the_masked_line(line)
     assert content_digest(line) != content_digest({**line, "score": 5})
+
+
+@pytest.mark.parametrize("text", ["a plain reason", f"the server echoed {KEY}", judging._RUN_MARK,
+                                  judging._RUN_MARK * 2, judging.sorted_json(judging._RUN_MARK)])
+@pytest.mark.parametrize("run", [{"memory": "none", "overrides": {"k": "ü"}}, {"memory": f"see {KEY}"}, {}, None])
+def test_a_digest_given_its_run_blocks_text_is_the_digest_of_the_line(text: str, run: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader serialises each run block once and splices it into every line's text: the same digest,
+    whatever the line holds (a secret in the block or beside it, the splice's own mark in another field)."""
+    monkeypatch.setattr(redact_module, "_secrets", [])
+    register_secret(KEY)
+    line = {"key": "syn-ER-01", "run": run, "reason": text, "checks": {text: "pass"}, "score": 4, "revision": 3}
+    given = content_digest(line, judging.sorted_json(run))
+    assert given == content_digest(line) == _digest_of_the_masked_line(line)
+    assert content_digest({**line, "score": 5}, judging.sorted_json(run)) != given

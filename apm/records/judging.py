@@ -37,16 +37,38 @@ def response_digest(output: str) -> str:
 
 _SORTED = json.JSONEncoder(sort_keys=True, ensure_ascii=False)
 """``json.dumps(..., sort_keys=True, ensure_ascii=False)``, built once (``dumps`` builds its encoder per call)."""
+RUN = "run"
+_RUN_MARK = "\x00apm: the run block's text\x00"
+_RUN_MARK_TEXT = _SORTED.encode(_RUN_MARK)
 
 
-def content_digest(judgement: Mapping[str, Any]) -> str:
+def sorted_json(value: Any) -> str:
+    """``value`` as :func:`content_digest` serialises it (keys sorted, each character as itself)."""
+    return _SORTED.encode(value)
+
+
+def content_digest(judgement: Mapping[str, Any], run_text: str | None = None) -> str:
     """SHA-256 of a judgement's fields (all but :data:`UNSIGNED`) as written: secrets masked, keys sorted,
-    so the digest computed before the line is written equals the one computed from the line read back."""
+    so the digest computed before the line is written equals the one computed from the line read back.
+    ``run_text``, where the caller has it, is :func:`sorted_json` of the judgement's ``run`` block (a file's
+    lines share a few blocks: a reader serialises each once, :func:`_sorted_text`); the digest is the same."""
     body = {k: v for k, v in judgement.items() if k not in UNSIGNED}
-    text = _SORTED.encode(body)
+    text = _sorted_text(body, run_text)
     if may_redact_json(text):  # else masking changes no string: skip re-building the line (most of a read)
         text = _SORTED.encode(redact_data(body))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _sorted_text(body: dict[str, Any], run_text: str | None) -> str:
+    """:func:`sorted_json` of ``body``: with ``run_text`` spliced in where a mark in place of the run block
+    serialises to the only place its text appears, else (no text given, no run block, the mark's text also
+    elsewhere) serialised whole."""
+    if run_text is None or RUN not in body:
+        return _SORTED.encode(body)
+    marked = _SORTED.encode({**body, RUN: _RUN_MARK})
+    if marked.count(_RUN_MARK_TEXT) != 1:
+        return _SORTED.encode(body)
+    return marked.replace(_RUN_MARK_TEXT, run_text)
 
 
 def signed(judgement: Mapping[str, Any]) -> dict[str, Any]:
@@ -54,7 +76,8 @@ def signed(judgement: Mapping[str, Any]) -> dict[str, Any]:
     return {**judgement, CONTENT: content_digest(judgement)}
 
 
-def verifies(judgement: Mapping[str, Any]) -> bool:
+def verifies(judgement: Mapping[str, Any], run_text: str | None = None) -> bool:
     """Whether a judgement line is as the judge wrote it: its content digest matches its fields (an edited
-    score, digest or status, or a line without a digest, does not verify and is never used)."""
-    return judgement.get(CONTENT) == content_digest(judgement)
+    score, digest or status, or a line without a digest, does not verify and is never used); ``run_text``
+    as :func:`content_digest` takes it."""
+    return judgement.get(CONTENT) == content_digest(judgement, run_text)

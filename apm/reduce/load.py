@@ -26,7 +26,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from apm.records.declaration import Declaration, from_record, method_kind
-from apm.records.judging import judged, response_digest, verifies
+from apm.records.judging import judged, response_digest, sorted_json, verifies
 from apm.records.lines import Kind, Skipped, TypedLines, read_typed
 from apm.records.model import InstanceRecord, JudgementLine, MemoryLine, RunBlock, named
 from apm.records.rundir import RunDir, find_runs
@@ -245,7 +245,8 @@ def _frame(typed: TypedLines, fields: Sequence[Field], saved_release: Callable[[
         columns[name] = _per_block(derived, run_of)
     columns |= _columns(typed.lines, fields)
     if typed.raw:
-        columns[VERIFIED] = [_verifies(raw) for raw in typed.raw]
+        run_texts = [sorted_json(run) for run in typed.runs]  # each block's once, for every line's digest
+        columns[VERIFIED] = [_verifies(raw, run_texts[block]) for raw, block in zip(typed.raw, typed.run_of)]
     return pd.DataFrame(columns)
 
 
@@ -270,12 +271,12 @@ def _inner(blocks: list[Any], name: str) -> list[Any]:
             else block.get(name) if isinstance(block, dict) else None for block in blocks]
 
 
-def _verifies(raw: bytes) -> bool:
-    """Whether a judgement line verifies (:func:`apm.records.judging.verifies`) on the dict the judge's own
-    reader sees; a line orjson cannot read does not (read_typed leaves every line orjson refuses to the
-    dict path, which skips it; a reducer never raises on a line)."""
+def _verifies(raw: bytes, run_text: str) -> bool:
+    """Whether a judgement line verifies (:func:`apm.records.judging.verifies`, given its run block's
+    ``run_text``) on the dict the judge's own reader sees; a line orjson cannot read does not (read_typed
+    leaves every line orjson refuses to the dict path, which skips it; a reducer never raises on a line)."""
     try:
-        return verifies(orjson.loads(raw))
+        return verifies(orjson.loads(raw), run_text)
     except orjson.JSONDecodeError:
         return False
 
