@@ -37,7 +37,7 @@ def response_digest(output: str) -> str:
 
 _SORTED = json.JSONEncoder(sort_keys=True, ensure_ascii=False)
 """``json.dumps(..., sort_keys=True, ensure_ascii=False)``, built once (``dumps`` builds its encoder per call)."""
-RUN = "run"
+_RUN = "run"
 _RUN_MARK = "\x00apm: the run block's text\x00"
 _RUN_MARK_TEXT = _SORTED.encode(_RUN_MARK)
 
@@ -63,9 +63,9 @@ def _sorted_text(body: dict[str, Any], run_text: str | None) -> str:
     """:func:`sorted_json` of ``body``: with ``run_text`` spliced in where a mark in place of the run block
     serialises to the only place its text appears, else (no text given, no run block, the mark's text also
     elsewhere) serialised whole."""
-    if run_text is None or RUN not in body:
+    if run_text is None or _RUN not in body:
         return _SORTED.encode(body)
-    marked = _SORTED.encode({**body, RUN: _RUN_MARK})
+    marked = _SORTED.encode({**body, _RUN: _RUN_MARK})
     if marked.count(_RUN_MARK_TEXT) != 1:
         return _SORTED.encode(body)
     return marked.replace(_RUN_MARK_TEXT, run_text)

@@ -475,8 +475,8 @@ def _current(judgements: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
     now = records.loc[digested, ids + ["response_sha256"]].astype({"config_hash": "str"})
     seen = judgements.loc[:, ids + ["response_sha256"]].astype({"config_hash": "str"})
     joined = seen.merge(now, how="left", on=ids, suffixes=("", "_now"))  # one record per key: else too long below
-    judged, current = joined["response_sha256"], joined["response_sha256_now"]
-    keep = judged.isna() | current.isna() | (judged == current)
+    then, now_digest = joined["response_sha256"], joined["response_sha256_now"]
+    keep = then.isna() | now_digest.isna() | (then == now_digest)
     return pd.Series(keep.to_numpy(dtype=bool), index=judgements.index)
 
 
