@@ -376,8 +376,8 @@ def _union(parts: Sequence[pd.Series]) -> pd.Categorical | pd.Series:
     joined values (those seen, sorted); a part of no values (all null) takes the others' categories. Where
     the parts' categories differ in type or do not sort, the values are joined and typed again."""
     seen = [p for p in parts if len(p.cat.categories)]
-    if not seen:
-        return pd.concat(parts, ignore_index=True)
+    if not seen:  # null throughout
+        return pd.concat(parts, ignore_index=True).astype("category")
     like = seen[0].dtype
     try:
         return union_categoricals([p if len(p.cat.categories) else p.astype(like) for p in parts],
