@@ -493,6 +493,14 @@ def test_differs_filter_and_paging(built: dict[str, Any], browser: Any) -> None:
     assert set(sections) == {random_id} and f"hide={oracle_id}" in browser.current_url
 
 
+def _built_on_toggle(driver: Any, section: Any, css: str) -> list[Any]:
+    """The elements a ``<details>`` builds when opened: its ``toggle`` event fires after the click returns."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 10).until(lambda _: section.find_elements("css selector", css))
+    return section.find_elements("css selector", css)
+
+
 def test_the_prompt_sent_and_the_full_strip_open_in_place(built: dict[str, Any], capped: Path, browser: Any) -> None:
     """A cell's "prompt sent" shows the kept texts (the system prompt, the probe with its current time); in a
     capped site "all N frames" lists every frame sent, the cell's thumbnails among them."""
@@ -502,7 +510,7 @@ def test_the_prompt_sent_and_the_full_strip_open_in_place(built: dict[str, Any],
     record = built["records"][section.get_attribute("data-method")][key]
     assert len(section.find_elements("css selector", ".frames figure")) == 3 < len(record["frames"])
     section.find_element("css selector", "details.strip summary").click()
-    items = section.find_elements("css selector", "details.strip li")
+    items = _built_on_toggle(browser, section, "details.strip li")
     assert len(items) == len(record["frames"])
     for item, f in zip(items, record["frames"]):
         assert f"{f['session']} +{f['offset']:g} s" in item.text
