@@ -40,8 +40,8 @@ from apm.publish.axes import judge_summary, metric_summary
 from apm.publish.instances import checkpoint, probe_point
 from apm.publish.source import read_methods
 from apm.publish.thumbnails import GAP, HEIGHT, MAX_THUMBNAILS, spread
-from apm.publish.wandb_runs import parts, run_id
-from apm.records.atomic import MARKER, OUTPUT_LOCK
+from apm.publish.wandb_runs import holding, parts, run_id
+from apm.records.atomic import MARKER, OUTPUT_LOCK, OutputRefused
 from apm.records.jsonl import latest_records
 from apm.records.lock import WriterLock
 from apm.records.prompts import as_text, reader, restore
@@ -545,6 +545,19 @@ def test_concurrent_publishes_serialise_or_refuse_and_leave_every_run_syncable(s
         _, err = busy.communicate(timeout=300)
     assert busy.returncode == 2 and err.strip().endswith("another apm-publish is writing it (host h pid 1 since now)")
     assert _syncable(home) == runs
+
+
+def test_a_publish_folder_caught_mid_write_is_refused_as_busy_not_as_foreign(tmp_path):
+    """The concurrent publish that loses the race may find the winner's marker half written (a temp file,
+    no marker yet): it is refused as busy, in the winner's words, not as a folder apm-publish did not write."""
+    home = tmp_path / "publish"
+    home.mkdir()
+    (home / ".apm-output.json.tmp-1").write_text("{")
+    with WriterLock(home / OUTPUT_LOCK, {"host": "h", "pid": 1, "since": "now"}):
+        with pytest.raises(OutputRefused, match=r"another apm-publish is writing it \(host h pid 1 since now\)$"):
+            with holding(home):
+                pass
+    assert sorted(p.name for p in home.iterdir()) == sorted([".apm-output.json.tmp-1", OUTPUT_LOCK])
 
 
 @pytest.mark.slow

@@ -53,7 +53,7 @@ from apm.publish.instances import (
 from apm.publish.source import Method, read_methods, sweep_root
 from apm.publish.thumbnails import Strip, Thumbnails
 from apm.records.atomic import OUTPUT_LOCK, OutputRefused, claim_output, read_marker, write_marker
-from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
+from apm.records.lock import LockHeld, WriterLock, held_elsewhere, holder_line, read_holder, this_process
 from apm.records.rundir import RunDir
 from apm.reduce.load import check_preference, run_dirs
 from apm.reduce.scores import SCORE_COLUMNS
@@ -199,14 +199,19 @@ def holding(directory: Path) -> Iterator[PublishFolder]:
     """``directory`` (new, empty or an earlier publish's, :func:`claim_output`) held by this publish
     alone — another publish of it is refused (:class:`OutputRefused`) — with the offline folders that
     no completed publish listed (a killed publish's) deleted first."""
-    path = claim_output(directory, PROG)
+    lock_path = Path(directory).expanduser().resolve() / OUTPUT_LOCK
+    try:
+        path = claim_output(directory, PROG)
+    except OutputRefused:
+        if held_elsewhere(lock_path):  # a publish writing it (its marker or a file half written): say so
+            raise _busy(directory, read_holder(lock_path)) from None
+        raise
     path.mkdir(parents=True, exist_ok=True)
     lock = WriterLock(path / OUTPUT_LOCK, this_process())
     try:
         lock.acquire()
     except LockHeld as held:
-        raise OutputRefused(f"refusing --dir {directory}: another apm-publish is writing it "
-                            f"({holder_line(held.holder)})") from None
+        raise _busy(directory, held.holder) from None
     try:
         claim_output(directory, PROG)
         marker = read_marker(path) or {}
@@ -218,6 +223,11 @@ def holding(directory: Path) -> Iterator[PublishFolder]:
         yield PublishFolder(path, current)
     finally:
         lock.release()
+
+
+def _busy(directory: Path, holder: dict[str, Any] | None) -> OutputRefused:
+    """The refusal of a publish folder another apm-publish holds."""
+    return OutputRefused(f"refusing --dir {directory}: another apm-publish is writing it ({holder_line(holder)})")
 
 
 def _cell(wandb: Any, value: Any) -> Any:
