@@ -44,7 +44,12 @@ LINE_LIMIT = 1 << 28
 
 
 class ChildError(RuntimeError):
-    """The child refused an operation, broke the protocol or died; the message says which, in one line."""
+    """The child refused an operation, broke the protocol or died; the message says which, in one line.
+    ``answered``: the child answered the operation with an error and goes on (else it is gone or broken)."""
+
+    def __init__(self, message: str, answered: bool = False) -> None:
+        super().__init__(message)
+        self.answered = answered
 
 
 def _session_wire(s: Session) -> dict[str, Any]:
@@ -103,6 +108,8 @@ class ChildSystem(StreamingSystem):
         self._scratch: Path | None = None
         self._state_dir: Path | None = None
         self._salt = ""
+        self._failed: str | None = None
+        """Why this copy's child failed in the current session (None: it did not)."""
         self._context: SessionContext | None = None
         self._probe: Probe | None = None
         self._asked: list[tuple[Request, Response]] = []
@@ -168,7 +175,8 @@ class ChildSystem(StreamingSystem):
             elif "ok" in reply:
                 return reply["ok"]
             else:
-                raise ChildError(f"{self.name}: {message['op']} failed in the child: {reply.get('error', reply)}")
+                raise ChildError(f"{self.name}: {message['op']} failed in the child: {reply.get('error', reply)}",
+                                 answered=True)
 
     async def _died(self) -> ChildError:
         assert self._process is not None
@@ -213,24 +221,38 @@ class ChildSystem(StreamingSystem):
         return _reply(response, -1)
 
     async def begin(self, context: SessionContext) -> None:
-        if self._process is not None and self._state_dir != context.state_dir:
+        """Start the session in this copy's child, starting one first (again, after a child that failed)."""
+        if self._process is not None and (self._state_dir != context.state_dir or self._failed):
             await self.close()
-        self._context = context
+        self._context, self._failed = context, None
         if self._process is None:
             context.state_dir.mkdir(parents=True, exist_ok=True)
             self._state_dir = context.state_dir
             await self._start(context)
-        await self._op({"op": "begin", "session": context.session.key, "seed": context.seed,
-                        "sessions": [_session_wire(s) for s in context.trajectory.sessions],
-                        "state_dir": os.path.abspath(context.state_dir)})
+        await self._guarded({"op": "begin", "session": context.session.key, "seed": context.seed,
+                             "sessions": [_session_wire(s) for s in context.trajectory.sessions],
+                             "state_dir": os.path.abspath(context.state_dir)})
+
+    async def _guarded(self, message: dict[str, Any]) -> Any:
+        """An operation that fails the rest of the session, not the run, when the child does: after a
+        :class:`ChildError` the session's updates are skipped, its answers and export fail with it."""
+        if self._failed:
+            return None
+        try:
+            return await self._op(message)
+        except ChildError as e:
+            self._failed = str(e)
+            return None
 
     async def observe_frame(self, frame: Frame) -> None:
-        await self._op({"op": "frame", **_frame_wire(frame)})
+        await self._guarded({"op": "frame", **_frame_wire(frame)})
 
     async def observe_turn(self, turn: Turn) -> None:
-        await self._op({"op": "turn", **_turn_wire(turn)})
+        await self._guarded({"op": "turn", **_turn_wire(turn)})
 
     async def answer(self, probe: Probe) -> Answer:
+        if self._failed:
+            raise ChildError(self._failed)
         inst = probe.instance
         self._probe, self._asked = probe, []
         wire = {"id": hashlib.sha256(f"{self._salt}/{inst.key}".encode()).hexdigest()[:16],
@@ -240,6 +262,9 @@ class ChildSystem(StreamingSystem):
                 "fields": inst.candidate.fields}
         try:
             result = await self._op({"op": "probe", "probe": wire})
+        except ChildError as e:
+            self._failed = None if e.answered else str(e)
+            raise
         finally:
             self._probe = None
         if "reply" in result:
@@ -255,8 +280,9 @@ class ChildSystem(StreamingSystem):
         return Answer(response, frames=tuple(_frame(f) for f in result.get("frames", [])))
 
     async def export(self, state_dir: Path) -> dict[str, Any]:
-        facts = await self._op({"op": "export", "state_dir": os.path.abspath(state_dir)})
-        return {**(facts if isinstance(facts, dict) else {}), "boundary": self.boundary_facts()}
+        facts = await self._guarded({"op": "export", "state_dir": os.path.abspath(state_dir)})
+        failed = {"error": f"export failed: {self._failed}"} if self._failed else {}
+        return {**(facts if isinstance(facts, dict) else {}), **failed, "boundary": self.boundary_facts()}
 
     def boundary_facts(self) -> dict[str, Any]:
         """What the memory line says of the route: the seal it ran under and what the child reported."""
