@@ -104,12 +104,18 @@ class ChildSystem(StreamingSystem):
         if self.mechanism is None and seal == "auto":
             print(f"apm: {self.name} runs unsealed (no Landlock on this kernel): its rows are marked "
                   f"'{NOT_SEALED}'", file=sys.stderr)
+        self._unstarted()
+
+    def _unstarted(self) -> None:
+        """The copy's own state before its child starts (a copy gets it afresh: nothing is shared)."""
         self._process: asyncio.subprocess.Process | None = None
         self._scratch: Path | None = None
         self._state_dir: Path | None = None
         self._salt = ""
         self._failed: str | None = None
         """Why this copy's child failed in the current session (None: it did not)."""
+        self._fed: dict[tuple[str, float], Frame] = {}
+        """The current session's frames as fed to the child (the stream's own objects): what a reference names."""
         self._context: SessionContext | None = None
         self._probe: Probe | None = None
         self._asked: list[tuple[Request, Response]] = []
@@ -121,6 +127,7 @@ class ChildSystem(StreamingSystem):
             raise TypeError(f"{self.name}: a started child system cannot be copied")
         copy = object.__new__(ChildSystem)
         copy.__dict__.update(self.__dict__)
+        copy._unstarted()
         return copy
 
     async def _start(self, context: SessionContext) -> None:
@@ -193,12 +200,14 @@ class ChildSystem(StreamingSystem):
             return {"error": f"unknown call {call['call']!r}"}
         except CausalityError as e:  # kept by the probe's refusals too: the instance is refused whatever the child does
             return {"error": f"causality: {e}"}
+        except ChildError as e:
+            return {"error": str(e)}
 
     async def _ask(self, call: dict[str, Any]) -> dict[str, Any]:
         probe, context = self._probe, self._context
         if probe is None or context is None:
             return {"error": "ask is for answering a probe"}
-        frames = [_frame(f) for f in call.get("frames", [])]
+        frames = [self._shown(f) for f in call.get("frames", [])]
         notes = [Note(probe.trajectory.session(n["session"]), str(n["text"]), int(n["formed_at"]))
                  for n in call.get("notes", [])]
         request = probe.request(frames=frames, notes=notes, turns=[_turn(t) for t in call.get("turns", [])])
@@ -206,11 +215,22 @@ class ChildSystem(StreamingSystem):
         self._asked.append((request, response))
         return _reply(response, len(self._asked) - 1)
 
+    def _shown(self, data: dict[str, Any]) -> Frame:
+        """A frame a request shows: its bytes as sent, or (a reference: no ``jpeg``) the frame of the current
+        session fed at that offset."""
+        if "jpeg" in data:
+            return _frame(data)
+        fed = self._fed.get((str(data["session"]), float(data["offset"])))
+        if fed is None:
+            raise ChildError(f"{self.name}: a frame reference to {data['session']} +{data['offset']} s, "
+                             "not a frame fed in this session: send its bytes", answered=True)
+        return fed
+
     async def _generate(self, call: dict[str, Any]) -> dict[str, Any]:
         context = self._context
         assert context is not None
         engine = context.writer if call.get("engine", "writer") == "writer" else context.backbone
-        parts: list[Part] = [TextPart(str(p["text"])) if "text" in p else FramePart(_frame(p["frame"]))
+        parts: list[Part] = [TextPart(str(p["text"])) if "text" in p else FramePart(self._shown(p["frame"]))
                              for p in call.get("parts", [])]
         system = (Message.text("system", str(call["system"])),) if call.get("system") else ()
         messages = (*system, Message("user", tuple(parts)))
@@ -225,6 +245,7 @@ class ChildSystem(StreamingSystem):
         if self._process is not None and (self._state_dir != context.state_dir or self._failed):
             await self.close()
         self._context, self._failed = context, None
+        self._fed.clear()
         if self._process is None:
             context.state_dir.mkdir(parents=True, exist_ok=True)
             self._state_dir = context.state_dir
@@ -245,6 +266,7 @@ class ChildSystem(StreamingSystem):
             return None
 
     async def observe_frame(self, frame: Frame) -> None:
+        self._fed[(frame.session, frame.offset)] = frame
         await self._guarded({"op": "frame", **_frame_wire(frame)})
 
     async def observe_turn(self, turn: Turn) -> None:

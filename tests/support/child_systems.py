@@ -84,6 +84,10 @@ class Meddler(System):
         self.turns.append(turn)
 
     def answer(self, probe: Probe, harness: Harness) -> Answer:
+        if self.options["attack"] == "reference":  # a frame by reference that the harness never fed
+            late = self.frames[-1]
+            harness._call({"call": "ask", "frames": [{"session": late.session, "offset": late.offset + 60,
+                                                      "wall_clock": late.wall_clock - 3600}], "notes": [], "turns": []})
         if self.options["attack"] == "future":
             late = self.frames[-1]
             forged = Frame(late.session, late.offset + 60, late.wall_clock + 60, late.jpeg)
