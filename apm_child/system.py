@@ -158,10 +158,16 @@ class Harness:
                  fed: Optional[Dict[Tuple[str, float], bytes]] = None) -> None:
         self._call = call
         self._fed = fed if fed is not None else {}
-        """The bytes of each frame fed in the current session: such a frame, unchanged, is sent by reference."""
+        """The bytes of each frame the harness holds this session (fed, or sent with a request): such a
+        frame, unchanged, is sent by reference."""
 
     def _wire(self, frame: Frame) -> Dict[str, Any]:
-        return frame.to_wire(by_reference=self._fed.get((frame.session, frame.offset)) is frame.jpeg)
+        """A frame for a request: by reference when the harness holds these very bytes (fed, or sent
+        earlier in the session), else with its bytes, which the harness then holds for the session."""
+        key = (frame.session, frame.offset)
+        held = self._fed.get(key) is frame.jpeg
+        self._fed[key] = frame.jpeg
+        return frame.to_wire(by_reference=held)
 
     def ask(self, frames: Sequence[Frame] = (), notes: Sequence[Tuple[str, str, int]] = (),
             turns: Sequence[Turn] = ()) -> Reply:

@@ -131,11 +131,11 @@ def test_a_request_with_a_frame_after_the_probe_is_refused(tiny, tmp_path) -> No
 
 
 def test_a_frame_by_reference_must_be_one_fed_in_the_session(tiny, tmp_path) -> None:
-    """Frames the harness fed go back by reference (no bytes); a reference to any other is refused."""
+    """Frames the harness holds (fed, or sent once in the session) go back by reference (no bytes); a reference to any other is refused."""
     run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache",
                               [*child("Meddler", {"attack": "reference"}), "backbone=random"]))
     errors = {r["error"] for r in by_key(run_dir).values()}
-    assert errors and all("not a frame fed in this session: send its bytes" in e for e in errors)
+    assert errors and all("not a frame fed or sent in this session: send its bytes" in e for e in errors)
 
 
 def test_a_child_that_dies_fails_its_session_and_the_run_goes_on(tiny, tmp_path) -> None:

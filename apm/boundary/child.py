@@ -115,7 +115,8 @@ class ChildSystem(StreamingSystem):
         self._failed: str | None = None
         """Why this copy's child failed in the current session (None: it did not)."""
         self._fed: dict[tuple[str, float], Frame] = {}
-        """The current session's frames as fed to the child (the stream's own objects): what a reference names."""
+        """The current session's frames as fed to the child (the stream's own objects) or sent by it with a
+        request: what a reference names."""
         self._context: SessionContext | None = None
         self._probe: Probe | None = None
         self._asked: list[tuple[Request, Response]] = []
@@ -216,14 +217,16 @@ class ChildSystem(StreamingSystem):
         return _reply(response, len(self._asked) - 1)
 
     def _shown(self, data: dict[str, Any]) -> Frame:
-        """A frame a request shows: its bytes as sent, or (a reference: no ``jpeg``) the frame of the current
-        session fed at that offset."""
+        """A frame a request shows: its bytes as sent (held for the session), or (a reference: no ``jpeg``)
+        the frame fed or sent at that offset in this session."""
+        key = (str(data["session"]), float(data["offset"]))
         if "jpeg" in data:
-            return _frame(data)
-        fed = self._fed.get((str(data["session"]), float(data["offset"])))
+            self._fed[key] = _frame(data)
+            return self._fed[key]
+        fed = self._fed.get(key)
         if fed is None:
             raise ChildError(f"{self.name}: a frame reference to {data['session']} +{data['offset']} s, "
-                             "not a frame fed in this session: send its bytes", answered=True)
+                             "not a frame fed or sent in this session: send its bytes", answered=True)
         return fed
 
     async def _generate(self, call: dict[str, Any]) -> dict[str, Any]:
