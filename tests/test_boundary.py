@@ -17,6 +17,8 @@ from support.runner import compose_run, memory_records, run
 import apm_child
 from apm.backbones.fail_fast import RunStopped
 from apm.boundary import ChildError, sandbox
+from apm.cli.reduce import main as reduce_main
+from apm.data.tasks import MCQA_TASKS
 from apm.records.declaration import DEVIATIONS
 from apm.records.jsonl import latest_records
 from apm.runner.app import run_dir_of
@@ -197,3 +199,18 @@ def test_what_a_child_prints_never_reaches_the_protocol(tmp_path) -> None:
                           capture_output=True, timeout=60, cwd=Path(apm_child.__file__).parent.parent)
     assert json.loads(done.stdout.decode().splitlines()[0])["ok"]["protocol"] == apm_child.PROTOCOL
     assert b"hello from a library" in done.stderr
+
+
+def test_in_process_the_answer_file_reader_scores_and_every_row_says_not_sealed(tiny, tmp_path) -> None:
+    """In process nothing keeps a plug-in from the release: its answers come from candidates.jsonl, and
+    what marks it is its rows: the record's declaration and every table's label say "not sealed"."""
+    run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [
+        "memory=none", "memory._target_=support.adversaries.AnswerFileReader", "~memory.recent_frames",
+        "memory.name='Answer File Reader'", "backbone=random"]))
+    recs = list(by_key(run_dir).values())
+    mcqa = [r for r in recs if r["task"] in MCQA_TASKS]
+    assert mcqa and all(r["correct"] for r in mcqa)
+    assert {r["run"]["declarations"]["memory"]["tag"] for r in recs} == {"not sealed"}
+    assert reduce_main([str(run_dir), "--out", str(tmp_path / "out"), "--bootstrap", "0"]) == 0
+    table3 = (tmp_path / "out" / "tables" / "table3.md").read_text()
+    assert "Answer File Reader · Random (baseline, not sealed)" in table3

@@ -375,7 +375,7 @@ class Bare(Backbone):
     capability at its default; its declaration, if its class has one, is kept."""
 
     def __init__(self, inner: BackboneLike) -> None:
-        self.inner = inner
+        self.inner = self.__wrapped__ = inner
         self.name = inner.name
         self.declaration = declared(inner)
 

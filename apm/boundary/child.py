@@ -29,14 +29,12 @@ from apm.data.frames import Frame
 from apm.data.instances import Turn
 from apm.data.model import Session
 from apm.memory.base import Note
-from apm.records.declaration import Declaration, Deviation
+from apm.records.declaration import NOT_SEALED, Declaration, Deviation
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
 from apm.video.select import CausalityError
 
 PROTOCOL = 1
 """The protocol version the harness speaks (``apm_child.PROTOCOL`` must be the same)."""
-NOT_SEALED = "not sealed"
-"""The tag every table prints after a child system that ran without a seal."""
 DECLARED = ("family", "streaming", "persistent", "representation")
 """The declaration's fields the child's ``hello`` must state as the memory config does."""
 LINE_LIMIT = 1 << 28

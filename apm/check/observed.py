@@ -55,6 +55,8 @@ class Observed(StreamingSystem):
     def __init__(self, system: StreamingSystem, delay_s: float = 0.0, name: str | None = None):
         super().__init__(name or system.name)
         self.system, self.delay_s = system, delay_s
+        self.__wrapped__ = system
+        """The system observed (what the run records as the method: ``apm.records.declaration.run_declaration``)."""
         self.copy: str | None = None
         """Which copy of the system this is (set at its first ``begin``: each EA copy gets its own)."""
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from apm.check.observed import LOG_ENV, Event, read_log
 from apm.configs import CONF_DIR
 from apm.errors import one_line
-from apm.records.declaration import Declaration, declared
+from apm.records.declaration import Declaration, run_declaration
 from apm.records.jsonl import latest_by, read_folder
 from apm.records.rundir import RunDir, find_runs
 from apm.runner.app import run_async, run_dir_of
@@ -81,7 +81,7 @@ class Subject:
         memory = cast(dict[str, Any], OmegaConf.to_container(node))  # made from a dict, so a dict
         check_arguments(memory, "memory")
         system = instantiate(memory, _convert_="all")
-        return cls(memory, rest, isinstance(system, StreamingSystem), declared(system))
+        return cls(memory, rest, isinstance(system, StreamingSystem), run_declaration(system))
 
 
 @dataclass(frozen=True)
