@@ -47,7 +47,7 @@ from apm.runner.record import NO_MEMORY, make_record
 from apm.runner.request import prepare_instance, state_dir_of
 from apm.runner.setup import RunSetup, frame_budget
 from apm.runner.shard_lock import holding_shard
-from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, storage_bytes
+from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, fast_weights_apart, storage_bytes
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError
 from apm.video.select import CausalityError, uniform_indices
@@ -250,7 +250,7 @@ class OnlineRun:
             "day_id": session.day_id,
             "session_id": session.session_id,
             "session_index": session.index,
-            **storage_bytes(state),
+            **storage_bytes(state, fast_weights_apart(s.protocol)),
             "prior_hours": prior_seconds / 3600,
             "update_s": update_s,
             "error": error,
@@ -494,4 +494,4 @@ class StreamReplay(SessionReplay):
                 await self.stream_session(system, traj, traj.session(key), state_dir, [], NO_MEMORY)
                 await system.export(state_dir)
             held = await asyncio.to_thread(streaming.keep_visible_state, state_dir)
-        return {**storage_bytes(held), "state_sha256": manifest_sha256(held)}
+        return {**storage_bytes(held, fast_weights_apart(self.system)), "state_sha256": manifest_sha256(held)}

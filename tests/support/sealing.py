@@ -1,0 +1,69 @@
+"""Adversaries of issue 34, item 2 ("sealed by construction"): in-process methods that report their
+state where it is not counted, or read what the contract must not hand them (the instance's identity)
+(tests/test_sealed_methods.py shows each is refused, blinded or marked)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from apm.backbones.base import Backbone, Request, Response
+from apm.backbones.baselines import silent
+from apm.data.frames import Frame
+from apm.records.atomic import write_atomically
+from apm.records.declaration import Declaration
+from apm.streaming.base import FAST_WEIGHTS, Answer, Probe, SessionContext, StreamingSystem
+from support.spies import spy_log
+
+POSITIVE_PROBE = re.compile(r"(?:^|/)pos\d*$")
+"""A probe id (or an instance key ending in one) that names a positive probe."""
+PROBE_ID = re.compile(r"(?:^|/)(?:pos|neg)\d*$")
+"""A probe id (or an instance key ending in one): ``pos``, ``pos3``, ``neg0`` …"""
+
+
+class RequestIdReader(Backbone):
+    """A backbone that never looks at a frame: it answers INTERVENE when the request's id names a
+    positive probe, SILENT otherwise (an option ``A`` to a question). ``SEEN``: every id it was sent."""
+
+    name = "Request-id reader (adversary)"
+    SEEN: list[str] = spy_log([])
+
+    def __init__(self, name: str | None = None, max_frames: int | None = 0):
+        self.name = name or self.name
+        self.max_frames = max_frames
+
+    async def generate(self, request: Request) -> Response:
+        RequestIdReader.SEEN.append(request.request_id)
+        text = request.messages[-1].parts[-1]
+        asked = getattr(text, "text", "")
+        adaptive = "SILENT" in asked or "INTERVENE" in asked
+        out = (json.dumps({"decision": "INTERVENE", "answer": "A", "proactive_response": "now", "reason": "id"})
+               if POSITIVE_PROBE.search(request.request_id) else json.dumps(silent("id"))) if adaptive \
+            else json.dumps({"answer": "A"})
+        return Response(text=out, ttft_s=0.0, total_s=0.0, finish_reason="stop")
+
+
+class VideoAsFastWeights(StreamingSystem):
+    """A system that is not parametric but keeps every frame's JPEG under ``fast_weights/``: raw video
+    filed where only a parametric system's adapted weights are measured apart."""
+
+    name = "Video as fast weights (adversary)"
+    declaration = Declaration("specialised", streaming=True, persistent=True, representation="visual_features")
+
+    async def begin(self, context: SessionContext) -> None:
+        self.context = context
+        self.frames: list[Frame] = []
+
+    async def observe_frame(self, frame: Frame) -> None:
+        self.frames.append(frame)
+
+    async def answer(self, probe: Probe) -> Answer:
+        return Answer(Response(text=json.dumps({"answer": "A"}), ttft_s=0.0, total_s=0.0, finish_reason="stop"))
+
+    async def export(self, state_dir: Path) -> dict[str, Any]:
+        for frame in self.frames:
+            name = f"{self.context.session.key.replace('/', '_')}_{frame.wall_clock}.jpg"
+            write_atomically(state_dir / FAST_WEIGHTS / name, frame.jpeg)
+        return {"kept": len(self.frames)}

@@ -1,0 +1,56 @@
+"""Sealed by construction (issue 34, item 2): an in-process method has its state counted wherever it
+files it. Each test runs an adversary (tests/support/sealing.py) that succeeded before the change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.runner import compose_run, memory_records, records, run
+
+from apm.cli.reduce import main as reduce_main
+from apm.reduce.scores import read_scores
+from apm.runner.stops import RunStopped
+
+TESTS = Path(__file__).resolve().parent
+ID_READER = ["backbone=random", "backbone._target_=support.sealing.RequestIdReader", "~backbone.seed"]
+
+
+@pytest.fixture(autouse=True)
+def _support_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(TESTS))
+
+
+def _run(release: Path, out: Path, overrides: list[str]) -> tuple[list[dict[str, Any]], RunStopped | None]:
+    """A run of ``overrides`` on ``release`` (no EA): its records and how it stopped."""
+    cfg = compose_run(release, out / "runs", out / "cache", ["dataset.include_ea=false", *overrides])
+    stopped = None
+    try:
+        run(cfg)
+    except RunStopped as e:
+        stopped = e
+    return [r for d in sorted(p.parent for p in (out / "runs").rglob("records")) for r in records(d)], stopped
+
+
+def _streamed(release: Path, out: Path, target: str, name: str) -> Path:
+    """The run folder of the streaming system ``target`` (tests/support/sealing.py), named ``name``, on ER."""
+    _run(release, out, ["memory=none", f"memory._target_=support.sealing.{target}", f"memory.name={name}",
+                        "~memory.recent_frames", *ID_READER, "dataset.tasks=[ER]"])
+    (run_dir,) = [p.parent for p in (out / "runs").rglob("records")]
+    return run_dir
+
+
+def test_video_filed_as_fast_weights_by_a_system_that_is_not_parametric_counts_as_storage(
+        tiny: Path, tmp_path: Path) -> None:
+    """Before: a system that was not parametric but kept its video under ``fast_weights/`` had every byte
+    measured apart (``fast_weight_bytes``) and reported per-video storage (``bytes``, Storage/hr) 0."""
+    run_dir = _streamed(tiny, tmp_path, "VideoAsFastWeights", "Video as fast weights")
+    lines = memory_records(run_dir)
+    assert lines and all(m["fast_weight_bytes"] == 0 for m in lines)
+    assert all(m["bytes"] == sum(e["bytes"] for e in m["state"].values()) > 0 for m in lines)
+    assert all(path.startswith("fast_weights/") for m in lines for path in m["state"])
+    out = tmp_path / "report"
+    assert reduce_main([str(run_dir), "--out", str(out), "--bootstrap", "0", "--no-figures"]) == 0
+    scores = read_scores(out / "scores.csv").set_index("metric")["value"]
+    assert scores["storage_bytes_per_hour"] > 0 and "peak_fast_weight_bytes_mean" not in scores
