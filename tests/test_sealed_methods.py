@@ -1,5 +1,6 @@
 """Sealed by construction (issue 34, item 2): an in-process method has its state counted wherever it
-files it. Each test runs an adversary (tests/support/sealing.py) that succeeded before the change."""
+files it, and a persistent declaration with nothing exported is marked. Each test runs an adversary
+(tests/support/sealing.py) that succeeded before the change."""
 
 from __future__ import annotations
 
@@ -54,3 +55,28 @@ def test_video_filed_as_fast_weights_by_a_system_that_is_not_parametric_counts_a
     assert reduce_main([str(run_dir), "--out", str(out), "--bootstrap", "0", "--no-figures"]) == 0
     scores = read_scores(out / "scores.csv").set_index("metric")["value"]
     assert scores["storage_bytes_per_hour"] > 0 and "peak_fast_weight_bytes_mean" not in scores
+
+
+def _table3(out: Path) -> dict[str, dict[str, str]]:
+    """Table 3's Markdown rows, by the memory's name: each cell under its header."""
+    lines = [[c.strip() for c in line.split("|")[1:-1]] for line in (out / "tables" / "table3.md").read_text()
+             .splitlines() if line.startswith("|")]
+    header = next(cells for cells in lines if "Persistent" in cells)
+    return {cells[0].split(" · ")[0]: dict(zip(header, cells)) for cells in lines if " · " in cells[0]}
+
+
+def test_a_persistent_system_that_exported_nothing_is_marked_in_table3(tiny: Path, tmp_path: Path) -> None:
+    """Before: a system declared persistent that exported nothing printed a plain ✓ (Storage/hr 0 beside
+    it said no more than a system keeping a few bytes would)."""
+    kept = _streamed(tiny, tmp_path / "kept", "VideoAsFastWeights", "Video as fast weights")
+    nothing = _streamed(tiny, tmp_path / "nothing", "ExportsNothing", "Exports nothing")
+    assert all(m["bytes"] == m["fast_weight_bytes"] == 0 for m in memory_records(nothing))
+    out = tmp_path / "report"
+    assert reduce_main([str(kept), str(nothing), "--out", str(out), "--bootstrap", "0", "--no-figures"]) == 0
+    rows = _table3(out)
+    assert rows["Video as fast weights"]["Persistent"] == "✓"  # it exported its state: as declared
+    marked = rows["Exports nothing"]["Persistent"]
+    assert marked != "✓" and marked.startswith("✓"), marked
+    table = (out / "tables" / "table3.md").read_text()
+    assert "exported nothing" in table
+    assert "exported nothing" in (out / "tables" / "table3.tex").read_text()

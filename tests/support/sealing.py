@@ -1,6 +1,7 @@
 """Adversaries of issue 34, item 2 ("sealed by construction"): in-process methods that report their
-state where it is not counted, or read what the contract must not hand them (the instance's identity)
-(tests/test_sealed_methods.py shows each is refused, blinded or marked)."""
+state where it is not counted, or declare persistence and export nothing, or read what the contract
+must not hand them (the instance's identity) (tests/test_sealed_methods.py shows each is refused,
+blinded or marked)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,13 @@ class VideoAsFastWeights(StreamingSystem):
             name = f"{self.context.session.key.replace('/', '_')}_{frame.wall_clock}.jpg"
             write_atomically(state_dir / FAST_WEIGHTS / name, frame.jpeg)
         return {"kept": len(self.frames)}
+
+
+class ExportsNothing(VideoAsFastWeights):
+    """A system declared persistent that exports nothing at all."""
+
+    name = "Exports nothing (adversary)"
+    declaration = Declaration("specialised", streaming=True, persistent=True, representation="visual_features")
+
+    async def export(self, state_dir: Path) -> dict[str, Any]:
+        return {}
