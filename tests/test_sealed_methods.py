@@ -1,6 +1,7 @@
-"""Sealed by construction (issue 34, item 2): an in-process method has its state counted wherever it
-files it, and a persistent declaration with nothing exported is marked. Each test runs an adversary
-(tests/support/sealing.py) that succeeded before the change."""
+"""Sealed by construction (issue 34, item 2): an in-process method is refused for showing another
+candidate's turns, has its state counted wherever it files it, and a persistent declaration with
+nothing exported is marked. Each test runs an adversary (tests/support/sealing.py) that succeeded
+before the change."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import pytest
 from support.runner import compose_run, memory_records, records, run
 
 from apm.cli.reduce import main as reduce_main
+from apm.data.instances import release_instances
+from apm.data.release import load_release
 from apm.reduce.scores import read_scores
+from apm.runner.causality import REFUSED
+from apm.runner.online import session_interactions
 from apm.runner.stops import RunStopped
 
 TESTS = Path(__file__).resolve().parent
@@ -32,6 +37,42 @@ def _run(release: Path, out: Path, overrides: list[str]) -> tuple[list[dict[str,
     except RunStopped as e:
         stopped = e
     return [r for d in sorted(p.parent for p in (out / "runs").rglob("records")) for r in records(d)], stopped
+
+
+def test_the_oracle_evidence_control_still_shows_the_evidence_and_its_instances_own_turns(
+        tiny: Path, tmp_path: Path) -> None:
+    recs, stopped = _run(tiny, tmp_path, ["memory=oracle", *ID_READER, "backbone.max_frames=8",
+                                          "dataset.tasks=[ER,PRM]"])
+    assert stopped is None and not [r for r in recs if r["error"]]  # a PRM registration of an earlier session
+    assert any({f["session"] for f in r["frames"]} - {f"{r['day_id']}/{r['session_id']}"} for r in recs)
+
+
+def _foreign_turns(release_root: Path) -> set[str]:
+    """The instances (keys) whose earlier visible sessions hold a turn of another candidate."""
+    release = load_release(release_root)
+    out = set()
+    for inst in release_instances(release):
+        traj = release.trajectory(inst.trajectory_id)
+        for key in inst.visible_sessions[:-1]:
+            said = session_interactions(release, traj, traj.session(key))
+            if any(t.candidate_id != inst.candidate_id for t in said):
+                out.add(inst.key)
+    return out
+
+
+@pytest.mark.parametrize("target", ["EveryonesTurns", "EveryonesTurnsStream"])
+def test_a_method_that_shows_another_candidates_turns_is_refused(tiny: Path, tmp_path: Path, target: str) -> None:
+    """Before: the causality check read a shown turn's time, not whose it was, so every candidate's
+    questions and registrations reached every instance."""
+    tasks = "dataset.tasks=[ER,ERA,RCR,PRM]"
+    recs, stopped = _run(tiny, tmp_path, ["memory=none", f"memory._target_=support.sealing.{target}",
+                                          "~memory.recent_frames", "backbone=random", tasks])
+    foreign = _foreign_turns(tiny) & {r["key"] for r in recs}
+    assert foreign, "the release has instances whose earlier sessions hold another candidate's turn"
+    refused = {r["key"] for r in recs if (r["error"] or "").startswith(REFUSED)}
+    assert refused == foreign
+    assert all("not the instance's own" in r["error"] for r in recs if r["key"] in refused), recs[0]["error"]
+    assert stopped is not None and "causality" in str(stopped)
 
 
 def _streamed(release: Path, out: Path, target: str, name: str) -> Path:

@@ -3,7 +3,8 @@
 Every item a protocol's ``History`` or a streaming system's request shows carries the time it was
 formed: a frame span its ``end``, a note its ``formed_at``, a turn its ``time``, a frame its wall
 clock. An instance may be shown an item only if it was formed at or before the probe time, within
-one of the instance's visible sessions (and, for a span, a note or a frame, *of* a visible session).
+one of the instance's visible sessions (and, for a span, a note or a frame, *of* a visible session);
+a turn, only if it is of the instance's own conversation (its ``candidate_id``).
 The runner refuses an instance shown anything else: the record carries a ``causality:`` error and
 the run exits non-zero (``apm.runner.stops.check_causal_run``).
 """
@@ -53,6 +54,11 @@ def violations(trajectory: Trajectory, instance: Instance, history: History,
             continue
         found += _formed(trajectory, instance, f"a note of {note.session.key}", note.session.key, note.formed_at)
     for turn in history.turns:
+        if turn.candidate_id != instance.candidate_id:
+            whose = f"candidate {turn.candidate_id!r}" if turn.candidate_id else "no candidate"
+            found.append(f"{instance.key}: a {turn.kind} turn of {whose}, not the instance's own "
+                         f"({instance.candidate_id!r})")
+            continue
         found += _formed(trajectory, instance, f"a {turn.kind} turn", None, turn.time)
     for frame in frames:
         visible = frame.session in instance.visible_sessions  # a hidden one is refused before its time counts

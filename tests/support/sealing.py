@@ -1,7 +1,7 @@
-"""Adversaries of issue 34, item 2 ("sealed by construction"): in-process methods that report their
-state where it is not counted, or declare persistence and export nothing, or read what the contract
-must not hand them (the instance's identity) (tests/test_sealed_methods.py shows each is refused,
-blinded or marked)."""
+"""Adversaries of issue 34, item 2 ("sealed by construction"): in-process methods that show what the
+contract must not let them (other candidates' turns), report their state where it is not counted, or
+declare persistence and export nothing, or read the instance's identity (tests/test_sealed_methods.py
+shows each is refused, blinded or marked)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import Backbone, Request, Response
+from apm.backbones.base import Backbone, Request, Response, ask
 from apm.backbones.baselines import silent
 from apm.data.frames import Frame
+from apm.data.ids import session_path
+from apm.data.instances import Instance, Turn
+from apm.data.model import Trajectory
+from apm.memory.base import History, MemoryProtocol, SessionView, prior_sessions
 from apm.records.atomic import write_atomically
 from apm.records.declaration import Declaration
-from apm.streaming.base import FAST_WEIGHTS, Answer, Probe, SessionContext, StreamingSystem
+from apm.streaming.base import FAST_WEIGHTS, Answer, Probe, SessionContext, StreamingSystem, read_earlier
 from support.spies import spy_log
 
 POSITIVE_PROBE = re.compile(r"(?:^|/)pos\d*$")
@@ -44,6 +48,57 @@ class RequestIdReader(Backbone):
                if POSITIVE_PROBE.search(request.request_id) else json.dumps(silent("id"))) if adaptive \
             else json.dumps({"answer": "A"})
         return Response(text=out, ttft_s=0.0, total_s=0.0, finish_reason="stop")
+
+
+class EveryonesTurns(MemoryProtocol):
+    """A protocol that keeps every turn said in a session (every candidate's) and shows an instance all
+    those of its earlier visible sessions, whoever's conversation they belong to."""
+
+    name = "Everyone's turns (adversary)"
+    declaration = Declaration("general", streaming=False, persistent=True)
+
+    async def end_session(self, view: SessionView, state_dir: Path, writer: Any = None) -> dict:
+        turns = [{"kind": t.kind, "time": t.time, "text": t.text, "candidate_id": t.candidate_id}
+                 for t in view.interactions]
+        write_atomically(session_path(state_dir, view.session, ".turns.json"), json.dumps(turns).encode())
+        return {}
+
+    def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
+        turns: list[Turn] = []
+        for session in prior_sessions(instance, trajectory):
+            path = session_path(state_dir, session, ".turns.json")
+            kept = json.loads(path.read_text()) if path.exists() else []
+            turns += [Turn(t["kind"], t["time"], t["text"], t["candidate_id"]) for t in kept]
+        return History(turns=tuple(turns))
+
+
+class EveryonesTurnsStream(StreamingSystem):
+    """A streaming system that keeps every turn it observes and shows a probe all those of its earlier
+    visible sessions, whoever's conversation they belong to (no :func:`apm.streaming.base.own_turns`)."""
+
+    name = "Everyone's turns, streamed (adversary)"
+    declaration = Declaration("specialised", streaming=True, persistent=True)
+
+    async def begin(self, context: SessionContext) -> None:
+        self.context = context
+        _, self.turns = read_earlier(context, ".turns.json", lambda session, content, path: [])
+
+    async def observe_frame(self, frame: Frame) -> None:
+        pass
+
+    async def observe_turn(self, turn: Turn) -> None:
+        self.turns.hear(turn)
+
+    async def answer(self, probe: Probe) -> Answer:
+        visible = {probe.trajectory.session(k) for k in probe.instance.visible_sessions[:-1]}
+        shown = [t for t in self.turns.earlier if any(s.contains(t.time) for s in visible)]
+        request = probe.request(turns=shown)
+        return Answer(await ask(self.context.backbone, request, probe.instance), request)
+
+    async def export(self, state_dir: Path) -> dict[str, Any]:
+        write_atomically(session_path(state_dir, self.context.session, ".turns.json"),
+                         json.dumps({"turns": self.turns.to_json()}).encode())
+        return {}
 
 
 class VideoAsFastWeights(StreamingSystem):
