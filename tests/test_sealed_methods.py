@@ -1,25 +1,29 @@
-"""Sealed by construction (issue 34, item 2): an in-process method is refused for showing another
-candidate's turns, has its state counted wherever it files it, and a persistent declaration with
-nothing exported is marked. Each test runs an adversary (tests/support/sealing.py) that succeeded
-before the change."""
+"""Sealed by construction (issue 34, item 2): an in-process method is handed nothing that names an
+instance's polarity, is refused for showing another candidate's turns, has its state counted wherever
+it files it, and a persistent declaration with nothing exported is marked. Each test runs an adversary
+(tests/support/sealing.py) that succeeded before the change."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.runner import compose_run, memory_records, records, run
+from support.sealing import PROBE_ID, KeyReader, RequestIdReader
 
 from apm.cli.reduce import main as reduce_main
 from apm.data.instances import release_instances
 from apm.data.release import load_release
+from apm.data.tasks import ADAPTIVE
 from apm.reduce.scores import read_scores
 from apm.runner.causality import REFUSED
 from apm.runner.online import session_interactions
 from apm.runner.stops import RunStopped
 
 TESTS = Path(__file__).resolve().parent
+ADAPTIVE_TASKS = f"dataset.tasks=[{','.join(ADAPTIVE)}]"
 ID_READER = ["backbone=random", "backbone._target_=support.sealing.RequestIdReader", "~backbone.seed"]
 
 
@@ -37,6 +41,49 @@ def _run(release: Path, out: Path, overrides: list[str]) -> tuple[list[dict[str,
     except RunStopped as e:
         stopped = e
     return [r for d in sorted(p.parent for p in (out / "runs").rglob("records")) for r in records(d)], stopped
+
+
+def _decision_ba(recs: list[dict[str, Any]]) -> dict[str, float]:
+    """Per adaptive task, the balanced accuracy of the parsed decisions (%)."""
+    right: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for r in recs:
+        if r["task"] in ADAPTIVE:
+            wanted = "INTERVENE" if r["polarity"] == "positive" else "SILENT"
+            right[r["task"], r["polarity"]].append(r["decision"] == wanted)
+    return {t: 50.0 * (sum(right[t, "positive"]) / len(right[t, "positive"])
+                       + sum(right[t, "negative"]) / len(right[t, "negative"]))
+            for t in ADAPTIVE if right[t, "positive"] and right[t, "negative"]}
+
+
+def test_a_backbone_deciding_from_the_request_id_learns_nothing(tiny: Path, tmp_path: Path) -> None:
+    """Before: the request id was the instance key (``…/pos``, ``…/neg0``), and a backbone that never
+    looked at a frame scored decision BA 100 on every adaptive task."""
+    recs, stopped = _run(tiny, tmp_path / "a", ["memory=none", *ID_READER, ADAPTIVE_TASKS])
+    assert stopped is None and recs and not [r for r in recs if r["error"]]
+    seen = list(RequestIdReader.SEEN)
+    keys = {i.key for i in release_instances(load_release(tiny))}
+    assert len(seen) == len(set(seen)) == len(recs)  # one id per instance: logs and caches still tell them apart
+    assert not set(seen) & keys and not [s for s in seen if PROBE_ID.search(s)], seen[:3]
+    ba = _decision_ba(recs)
+    assert set(ba) == set(ADAPTIVE) and all(v < 100.0 for v in ba.values()), ba
+    RequestIdReader.SEEN.clear()
+    _run(tiny, tmp_path / "b", ["memory=none", *ID_READER, ADAPTIVE_TASKS])
+    assert sorted(RequestIdReader.SEEN) == sorted(seen)  # stable: the same id for an instance in every run
+
+
+def test_a_streaming_system_deciding_from_its_probes_identity_learns_nothing(tiny: Path, tmp_path: Path) -> None:
+    """Before: the probe's instance view kept the key and probe id, and a system answering from them
+    scored decision BA 100."""
+    recs, stopped = _run(tiny, tmp_path, ["memory=none", "memory._target_=support.sealing.KeyReader",
+                                          "~memory.recent_frames", *ID_READER, ADAPTIVE_TASKS])
+    assert stopped is None and recs and not [r for r in recs if r["error"]]
+    keys = {r["key"] for r in recs}
+    read = list(KeyReader.READ)
+    assert len(read) == len(recs) and len({x["key"] for x in read}) == len(recs)
+    assert not {x["key"] for x in read} & keys
+    assert not [x for x in read if PROBE_ID.search(x["key"]) or x["probe_id"] or x["polarity"]], read[:3]
+    ba = _decision_ba(recs)
+    assert set(ba) == set(ADAPTIVE) and all(v < 100.0 for v in ba.values()), ba
 
 
 def test_the_oracle_evidence_control_still_shows_the_evidence_and_its_instances_own_turns(

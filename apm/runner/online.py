@@ -431,7 +431,7 @@ class StreamReplay(SessionReplay):
         events = streaming.stream_events(session, frames, session_interactions(s.release, traj, session))
         probes = sorted(todo, key=lambda i: (i.probe_time, i.key))
         updates = streaming.UpdateClock()
-        channel = streaming.reference_channel(s.backbone, todo)
+        channel = streaming.reference_channel(s, todo)
         await system.begin(SessionContext(traj, session, state_dir, channel, s.writer))
         for at, event in events:
             while probes and probes[0].probe_time < at:
@@ -457,14 +457,14 @@ class StreamReplay(SessionReplay):
                 refusals: list[CausalityError] = []
                 compose = partial(streaming.compose_request, s, traj, inst, refusals)
                 try:
-                    probe = Probe(instance_view(inst), traj, compose)
+                    probe = Probe(instance_view(inst, s.seal), traj, compose)
                     answer = await streaming.ask(system, probe)
                     sent = answer.request.frames if answer.request is not None else ()
                     check_shown(traj, inst, History(), (*answer.frames, *sent))
                     if refusals:
                         raise refusals[0]
                 except CausalityError as e:  # refused: an error on its record, and the run exits non-zero
-                    answer = Answer(run.refuse(e))
+                    answer = Answer(run.refuse(refusals[0] if refusals else e))  # the key's words, not the id's
         wall = time.perf_counter() - began
         run.keep(streaming.streaming_record(s, inst, traj, answer, wall, updates, shown, in_flight), answer.response)
 

@@ -47,12 +47,13 @@ def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance
     check_shown(trajectory, instance, history)
     guard = setup.backbone.guard
     still = guard.frames_per_still if guard is not None else 1.0
+    request_id = setup.opaque(instance.key)
     prepared = prepare(setup.cache, trajectory, instance, history, setup.max_frames, setup.settings, setup.layout,
-                       still)
+                       still, request_id)
     fit = guard.selection_budget(prepared.request) if guard is not None else None
     if fit is None:
         return prepared, None
-    fitted = prepare(setup.cache, trajectory, instance, history, fit, setup.settings, setup.layout, still)
+    fitted = prepare(setup.cache, trajectory, instance, history, fit, setup.settings, setup.layout, still, request_id)
     if len(fitted.frames) > fit:  # the protocol picks its own frames (the most recent N): the guard cuts them
         return prepared, None
     assert guard is not None  # fit is None without a guard

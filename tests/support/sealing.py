@@ -1,7 +1,7 @@
-"""Adversaries of issue 34, item 2 ("sealed by construction"): in-process methods that show what the
-contract must not let them (other candidates' turns), report their state where it is not counted, or
-declare persistence and export nothing, or read the instance's identity (tests/test_sealed_methods.py
-shows each is refused, blinded or marked)."""
+"""Adversaries of issue 34, item 2 ("sealed by construction"): in-process methods that read what the
+contract must not hand them — the instance's identity (which names its polarity), other candidates'
+turns — or that report their state where it is not counted
+(tests/test_sealed_methods.py shows each is refused, blinded or marked)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from apm.backbones.base import Backbone, Request, Response, ask
-from apm.backbones.baselines import silent
+from apm.backbones.baselines import intervene, silent
 from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.data.instances import Instance, Turn
@@ -26,6 +26,12 @@ POSITIVE_PROBE = re.compile(r"(?:^|/)pos\d*$")
 """A probe id (or an instance key ending in one) that names a positive probe."""
 PROBE_ID = re.compile(r"(?:^|/)(?:pos|neg)\d*$")
 """A probe id (or an instance key ending in one): ``pos``, ``pos3``, ``neg0`` …"""
+
+
+def decided(task: str, positive: bool) -> str:
+    """An Appendix E answer: INTERVENE where ``positive`` (SILENT otherwise) for an adaptive ``task``."""
+    return json.dumps(intervene(task, "read it", answer="A", proactive_response="now") if positive
+                      else silent("read it"))
 
 
 class RequestIdReader(Backbone):
@@ -48,6 +54,32 @@ class RequestIdReader(Backbone):
                if POSITIVE_PROBE.search(request.request_id) else json.dumps(silent("id"))) if adaptive \
             else json.dumps({"answer": "A"})
         return Response(text=out, ttft_s=0.0, total_s=0.0, finish_reason="stop")
+
+
+class KeyReader(StreamingSystem):
+    """A streaming system that never looks at a frame: it answers from its probe's instance identity
+    (``key``, ``probe_id``, ``polarity``). ``READ``: what each probe's instance carried."""
+
+    name = "Key reader (adversary)"
+    declaration = Declaration("specialised", streaming=True, persistent=False)
+    READ: list[dict[str, Any]] = spy_log([])
+
+    async def begin(self, context: SessionContext) -> None:
+        self.context = context
+
+    async def observe_frame(self, frame: Frame) -> None:
+        pass
+
+    async def answer(self, probe: Probe) -> Answer:
+        inst = probe.instance
+        KeyReader.READ.append({"key": inst.key, "probe_id": inst.probe_id, "polarity": inst.polarity})
+        positive = inst.polarity == "positive" or bool(POSITIVE_PROBE.search(inst.key)) \
+            or bool(POSITIVE_PROBE.search(inst.probe_id))
+        text = decided(inst.task, positive) if inst.family == "adaptive" else json.dumps({"answer": "A"})
+        return Answer(Response(text=text, ttft_s=0.0, total_s=0.0, finish_reason="stop"))
+
+    async def export(self, state_dir: Path) -> dict[str, Any]:
+        return {}
 
 
 class EveryonesTurns(MemoryProtocol):
