@@ -1,7 +1,7 @@
 """Sealed by construction (issue 34, item 2): an in-process method is handed nothing that names an
-instance's polarity, is refused for showing another candidate's turns, has its state counted wherever
-it files it, and a persistent declaration with nothing exported is marked. Each test runs an adversary
-(tests/support/sealing.py) that succeeded before the change."""
+instance's polarity or annotations, is refused for showing another candidate's turns, has its state
+counted wherever it files it, and a persistent declaration with nothing exported is marked. Each test
+runs an adversary (tests/support/sealing.py) that succeeded before the change."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from support.runner import compose_run, memory_records, records, run
-from support.sealing import PROBE_ID, KeyReader, RequestIdReader
+from support.sealing import PROBE_ID, AnnotationReader, KeyReader, ReferenceAnnotationReader, RequestIdReader
 
 from apm.cli.reduce import main as reduce_main
 from apm.data.instances import release_instances
@@ -84,6 +84,28 @@ def test_a_streaming_system_deciding_from_its_probes_identity_learns_nothing(tin
     assert not [x for x in read if PROBE_ID.search(x["key"]) or x["probe_id"] or x["polarity"]], read[:3]
     ba = _decision_ba(recs)
     assert set(ba) == set(ADAPTIVE) and all(v < 100.0 for v in ba.values()), ba
+
+
+def test_a_general_protocol_is_handed_no_annotation_and_a_reference_still_is(tiny: Path, tmp_path: Path) -> None:
+    """Before: every protocol was handed the annotated instance, so one declared ``general`` could read the
+    evidence moments, the correct option and the polarity."""
+    tasks = "dataset.tasks=[ER,ERA,RCR]"
+    recs, _ = _run(tiny, tmp_path / "general",
+                   ["memory=oracle", "memory._target_=support.sealing.AnnotationReader", "backbone=random", tasks])
+    read = list(AnnotationReader.READ)
+    assert read and len(read) == len(recs)
+    for seen in read:
+        assert seen["evidence_moments"] is None and seen["correct_option_id"] is None, seen
+        assert seen["correct_option"] is None and seen["polarity"] is None and seen["evidence_available"] is None
+        assert seen["positive_heartbeat"] is None and not seen["probe_id"] and not PROBE_ID.search(seen["key"])
+        assert seen["key"] not in {r["key"] for r in recs}
+    recs, _ = _run(tiny, tmp_path / "reference",
+                   ["memory=oracle", "memory._target_=support.sealing.ReferenceAnnotationReader", "backbone=random",
+                    tasks])
+    read = list(ReferenceAnnotationReader.READ)
+    assert len(read) == len(recs) and {x["key"] for x in read} == {r["key"] for r in recs}
+    assert all(x["evidence_moments"] for x in read if x["key"].split("/")[1].startswith("ER-"))
+    assert {x["polarity"] for x in read} == {None, "positive", "negative"}
 
 
 def test_the_oracle_evidence_control_still_shows_the_evidence_and_its_instances_own_turns(

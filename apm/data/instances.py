@@ -108,10 +108,10 @@ def opaque_id(seal: str, key: str) -> str:
 
 
 def instance_view(instance: Instance, seal: str) -> Instance:
-    """The instance as a method that is not a reference may see it (a streaming system's ``Probe``): its
-    question side only (:data:`SHOWN_FIELDS`), no ``correct_option``, ``evidence_available`` or
-    ``polarity``, no ``probe_id``, and for ``key`` its :func:`opaque_id` (the key names the probe id, so
-    it stays in the record only)."""
+    """The instance as a method that is not a reference may see it (a streaming system's ``Probe``, a
+    protocol's ``history``): its question side only (:data:`SHOWN_FIELDS`), no ``correct_option``,
+    ``evidence_available`` or ``polarity``, no ``probe_id``, and for ``key`` its :func:`opaque_id` (the
+    key names the probe id, so it stays in the record only)."""
     fields = instance.candidate.fields
     candidate = replace(instance.candidate, fields={k: _shown(fields[k], keys) for k, keys in SHOWN_FIELDS.items()
                                                     if k in fields})

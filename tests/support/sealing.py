@@ -1,6 +1,6 @@
 """Adversaries of issue 34, item 2 ("sealed by construction"): in-process methods that read what the
-contract must not hand them — the instance's identity (which names its polarity), other candidates'
-turns — or that report their state where it is not counted
+contract must not hand them — the instance's identity (which names its polarity), the annotations,
+other candidates' turns — or that report their state where it is not counted
 (tests/test_sealed_methods.py shows each is refused, blinded or marked)."""
 
 from __future__ import annotations
@@ -80,6 +80,36 @@ class KeyReader(StreamingSystem):
 
     async def export(self, state_dir: Path) -> dict[str, Any]:
         return {}
+
+
+def _annotations(instance: Instance) -> dict[str, Any]:
+    """What an instance carries that only the runner and a reference may read."""
+    fields = instance.candidate.fields
+    return {"key": instance.key, "probe_id": instance.probe_id, "polarity": instance.polarity,
+            "correct_option": instance.correct_option, "evidence_available": instance.evidence_available,
+            "evidence_moments": fields.get("evidence_moments"), "correct_option_id": fields.get("correct_option_id"),
+            "positive_heartbeat": fields.get("positive_heartbeat"), "fields": sorted(fields)}
+
+
+class AnnotationReader(MemoryProtocol):
+    """A protocol declared ``general`` that reads the annotations of the instance it is handed (and would
+    show the evidence, as the oracle control does). ``READ``: what each instance carried."""
+
+    name = "Annotation reader (adversary)"
+    declaration = Declaration("general", streaming=False, persistent=False)
+    READ: list[dict[str, Any]] = spy_log([])
+
+    def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:
+        type(self).READ.append(_annotations(instance))
+        return History()
+
+
+class ReferenceAnnotationReader(AnnotationReader):
+    """The same, declared a ``reference`` (a control, as the oracle evidence is): it may read them."""
+
+    name = "Reference annotation reader (test)"
+    declaration = Declaration("reference", streaming=False, persistent=False, tag="test control")
+    READ: list[dict[str, Any]] = spy_log([])
 
 
 class EveryonesTurns(MemoryProtocol):
