@@ -15,8 +15,8 @@ from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, Note
-from apm.records.declaration import Declaration
 from apm.prompts.render import fill, read_probe
+from apm.records.declaration import Declaration
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
 from apm.video.select import CausalityError, Span
 from support.spies import spy_log
