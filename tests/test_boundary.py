@@ -133,7 +133,8 @@ def test_a_request_with_a_frame_after_the_probe_is_refused(tiny, tmp_path) -> No
 
 
 def test_a_frame_by_reference_must_be_one_fed_in_the_session(tiny, tmp_path) -> None:
-    """Frames the harness holds (fed, or sent once in the session) go back by reference (no bytes); a reference to any other is refused."""
+    """Frames the harness holds (fed, or sent once in the session) go back by reference (no bytes); a
+    reference to any other is refused."""
     run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache",
                               [*child("Meddler", {"attack": "reference"}), "backbone=random"]))
     errors = {r["error"] for r in by_key(run_dir).values()}
