@@ -11,6 +11,7 @@ import pytest
 
 import apm.runner.online as replay
 from apm.check import checks
+from apm.check.runs import Subject
 from apm.check.system import CHECKS
 from apm.cli.check_system import NAMES, main
 from apm.runner.online import session_frames
@@ -256,6 +257,8 @@ def test_flags_and_overrides_combine_as_documented(one, tmp_path, capsys):
     (["memory=raw_video"], "memory=raw_video: the system under check is CONFIG"),
     (["output_root=elsewhere"], "output_root=elsewhere: the checklist's runs go under --work"),
     (["dataset.root=elsewhere"], "dataset.root=elsewhere: give the release as --release"),
+    (["generation.max_tokns=6"], "generation.max_tokns: no such key (did you mean generation.max_tokens?"),
+    (["~memory.window"], "~memory.window: the system's config has no window to remove"),
 ])
 def test_an_override_the_checklist_would_lose_is_refused_in_one_line(args, says, one, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where output_root=elsewhere would have written without the refusal
@@ -264,3 +267,10 @@ def test_an_override_the_checklist_would_lose_is_refused_in_one_line(args, says,
     err = capsys.readouterr().err
     assert err.startswith("apm-check-system: error: ") and says in err and err.count("\n") == 1, err
     assert not work.exists()
+
+
+def test_memory_settings_apply_in_order_over_the_config_as_hydra_reads_them():
+    yaml = str(TESTS / "conf" / "memory" / "pixel_spy.yaml")
+    subject = Subject.of(yaml, ["memory.delay_s=1e-3", "memory.delay_s=2e-3", "~memory.name"])
+    assert subject.memory == {"_target_": "support.spies.PixelSpy", "delay_s": 0.002}  # the later wins; 2e-3 a number
+    assert Subject.of("support.spies.PixelSpy", ["+memory.delay_s=0.5"]).memory["delay_s"] == 0.5
