@@ -4,12 +4,14 @@ line on a system broken on purpose for each check (tests/support/spies.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 import apm.runner.online as replay
 from apm.check import checks
+from apm.check.runs import Subject
 from apm.check.system import CHECKS
 from apm.cli.check_system import NAMES, main
 from apm.runner.online import session_frames
@@ -19,33 +21,49 @@ EXAMPLES = TESTS.parent / "examples"
 SPIES = f"hydra.searchpath=[file://{TESTS / 'conf'}]"
 
 
+CHECKED = ("PASS", "FAIL", "SKIP")
+"""How a check's line starts; the command's other lines are ``USING`` (the backbone the runs used) and ``NOT
+CHECKED`` (what it cannot see)."""
+
+
+def printed(capsys, release: Path, work: Path, *args: str) -> tuple[int, list[str]]:
+    """``apm-check-system`` as typed, in this process: its exit status and every line it printed."""
+    status = main([*args, "--release", str(release), "--work", str(work)])
+    return status, capsys.readouterr().out.splitlines()
+
+
 def check(capsys, release: Path, work: Path, *args: str) -> tuple[int, dict[str, str]]:
     """``apm-check-system`` as typed, in this process: its exit status and each check's line by check name."""
-    status = main([*args, "--release", str(release), "--work", str(work)])
-    out = capsys.readouterr().out.splitlines()
-    lines = {line.split(" ", 1)[1].split(":", 1)[0]: line for line in out}
-    assert len(lines) == len(out), out  # one line per check, nothing else
+    status, out = printed(capsys, release, work, *args)
+    checked = [line for line in out if line.split(" ", 1)[0] in CHECKED]
+    lines = {line.split(" ", 1)[1].split(":", 1)[0]: line for line in checked}
+    assert len(lines) == len(checked), out  # one line per check
+    assert all(line.startswith(("USING ", "NOT CHECKED ")) for line in out if line not in checked), out  # nothing else
     return status, lines
 
 
 PASSING = [
-    pytest.param("event_memory", ["+backbone@writer=random", "writer._target_=support.spies.SceneWriter"],
-                 id="event_memory"),  # a writer that describes what it sees (random writes no memory)
-    pytest.param("thought_memory", ["+backbone@writer=random", "writer._target_=support.spies.SceneWriter"],
-                 id="thought_memory"),
+    pytest.param("event_memory", [], "perceiver", id="event_memory"),  # the default backbone writes its memory too
+    pytest.param("thought_memory", [], "perceiver", id="thought_memory"),
+    pytest.param("keyframe_stream", [f"hydra.searchpath=[file://{EXAMPLES / 'conf'}]"], "perceiver",
+                 id="examples-keyframe_stream"),  # it calls generate itself, as a plug-in may
     pytest.param("keyframe_stream", [f"hydra.searchpath=[file://{EXAMPLES / 'conf'}]", "--backbone", "my_backbone"],
-                 id="examples-keyframe_stream"),
+                 "my_backbone", id="examples-keyframe_stream-my_backbone"),  # a plug-in backbone
 ]
-"""A streaming system the command must pass, with its arguments; a new reference is one more line."""
+"""A streaming system the command must pass, with its arguments (no --backbone: the default) and the backbone
+its runs use; a new reference is one more line."""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("config", "args"), PASSING)
-def test_the_command_passes_on_the_references_and_a_plug_in(config, args, one, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize(("config", "args", "backbone"), PASSING)
+def test_the_command_passes_on_the_references_and_a_plug_in(config, args, backbone, one, tmp_path, capsys,
+                                                            monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    status, lines = check(capsys, one, tmp_path, config, *args)
-    assert list(lines) == list(CHECKS)
-    assert all(line.startswith("PASS ") for line in lines.values()), lines
+    status, out = printed(capsys, one, tmp_path, config, *args)
+    assert out[0].startswith(f"USING backbone={backbone}: "), out  # the output says which backbone the runs used
+    checked = [line for line in out if line.split(" ", 1)[0] in CHECKED]
+    assert [line.split(" ", 1)[1].split(":", 1)[0] for line in checked] == list(CHECKS), out
+    assert all(line.startswith("PASS ") for line in checked), out
     assert status == 0
 
 
@@ -163,3 +181,96 @@ def test_the_state_bytes_check_counts_fast_weights_apart_as_b4_does(tmp_path):
     assert checks.state_bytes(tmp_path, [unreported], []) == [
         "syn: the last memory line says 10 bytes and 0 of fast weights, its files sum to 10 and 100 under "
         "fast_weights/"]
+
+
+@pytest.mark.slow
+def test_the_default_backbone_of_a_system_inside_a_transformers_model_is_the_tiny_qwen2vl(one, tmp_path, capsys,
+                                                                                       monkeypatch):
+    monkeypatch.delenv("APM_TINY_MODEL", raising=False)
+    monkeypatch.chdir(tmp_path)  # no out/tiny-qwen2vl here: the command builds the tiny model in its work folder
+    status, out = printed(capsys, one, tmp_path / "work", "kv_cache", "dataset.tasks=[ER]", "--only", "run")
+    built = tmp_path / "work" / "tiny-qwen2vl"
+    assert out[0].startswith(f"USING backbone=tiny_qwen2vl_hf backbone.model={built} generation.max_tokens=8: "), out
+    assert out[1].startswith("PASS run: "), out
+    assert status == 0
+
+
+RUN_FAILED = [
+    pytest.param("kv_cache", ["--backbone", "random"], id="the run stopped"),  # refused at its first begin
+    pytest.param("support.spies.CrashingSpy", [], id="every answer raised"),
+]
+
+
+@pytest.mark.parametrize(("config", "args"), RUN_FAILED)
+def test_a_check_whose_run_failed_is_skipped_with_its_reason_never_passed(config, args, one, tmp_path, capsys):
+    status, lines = check(capsys, one, tmp_path, config, *args)
+    assert lines["run"].startswith("FAIL run: "), lines
+    assert not [line for line in lines.values() if line.startswith("PASS ")], lines
+    skipped = [line for line in lines.values() if line.startswith("SKIP ")]
+    assert skipped and all("the full run failed" in line for line in skipped), lines
+    assert status == 1
+
+
+def test_a_skip_because_the_run_failed_is_a_non_zero_exit_even_alone(one, tmp_path, capsys):
+    status, lines = check(capsys, one, tmp_path, "kv_cache", "--backbone", "random", "--only", "state-bytes")
+    assert list(lines.values()) == [lines["state bytes"]] and lines["state bytes"].startswith("SKIP state bytes: ")
+    assert status == 1
+
+
+def test_a_failing_comparison_shows_the_values_that_differ():
+    frames = [{"session": "DAY1/S001", "wall_clock": 10}]
+    full = {"k": {"key": "k", "output": "", "error": None, "prompt_sha256": "a" * 64, "frames": frames}}
+    part = {"k": {**full["k"], "prompt_sha256": "b" * 64, "frames": [{"session": "DAY1/S002", "wall_clock": 99}]}}
+    (line,) = checks.non_mutating(full, part)
+    assert "output" not in line, line  # the outputs are the same: saying ''  against '' shows nothing
+    assert "prompt_sha256 'bbbbbbbbbbbb" in line and "against 'aaaaaaaaaaaa" in line, line
+    assert "DAY1/S002" in line and "DAY1/S001" in line, line
+    (line,) = checks.same_outcome(full, part, [], [], "losing records")
+    assert "output" not in line and "prompt_sha256" in line and "DAY1/S002" in line, line
+    long = {"k": {**full["k"], "output": "x" * 5000}}
+    (line,) = checks.non_mutating(full, long)
+    assert len(line) < 400 and "output 'xxxx" in line, line  # values are cut short, the line stays one line
+
+
+def test_what_the_checklist_cannot_see_is_said_as_not_checked(one, tmp_path, capsys):
+    status, out = printed(capsys, one, tmp_path, "support.spies.PixelSpy", "--only", "schema")
+    unseen = [line for line in out if line.startswith("NOT CHECKED ")]
+    assert any("annotations" in line for line in unseen), out  # it could read the release's files itself
+    assert any("class or module attributes" in line for line in unseen), out  # its copies could share state
+    assert all("cannot" in line for line in unseen), out
+    assert status == 0  # what the checklist cannot see is said, never passed and never failed
+
+
+def test_flags_and_overrides_combine_as_documented(one, tmp_path, capsys):
+    args = ["support.spies.BackboneSpy", "--backbone", "perceiver", "backbone.max_frames=3", "memory.delay_s=0.01",
+            "--only", "schema"]  # a flag before the overrides, as the docs' first example types it
+    status, lines = check(capsys, one, tmp_path, *args)
+    assert lines["schema"].startswith("PASS ") and status == 0, lines
+    (config,) = (tmp_path / "full").rglob("config.json")
+    cfg = json.loads(config.read_text())["config"]
+    assert cfg["backbone"]["_target_"] == "apm.backbones.perceiver.PixelPerceiver"
+    assert cfg["backbone"]["max_frames"] == 3 and cfg["memory"]["system"]["delay_s"] == 0.01
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--backbone", "perceiver", "backbone=random"], "backbone=random: the runs' backbone is named twice"),
+    (["memory=raw_video"], "memory=raw_video: the system under check is CONFIG"),
+    (["output_root=elsewhere"], "output_root=elsewhere: the checklist's runs go under --work"),
+    (["dataset.root=elsewhere"], "dataset.root=elsewhere: give the release as --release"),
+    (["generation.max_tokns=6"], "generation.max_tokns: no such key (did you mean generation.max_tokens?"),
+    (["~memory.window"], "~memory.window: the system's config has no window to remove"),
+])
+def test_an_override_the_checklist_would_lose_is_refused_in_one_line(args, says, one, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where output_root=elsewhere would have written without the refusal
+    work = tmp_path / "work"
+    assert main(["support.spies.PixelSpy", *args, "--release", str(one), "--work", str(work)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("apm-check-system: error: ") and says in err and err.count("\n") == 1, err
+    assert not work.exists()
+
+
+def test_memory_settings_apply_in_order_over_the_config_as_hydra_reads_them():
+    yaml = str(TESTS / "conf" / "memory" / "pixel_spy.yaml")
+    subject = Subject.of(yaml, ["memory.delay_s=1e-3", "memory.delay_s=2e-3", "~memory.name"])
+    assert subject.memory == {"_target_": "support.spies.PixelSpy", "delay_s": 0.002}  # the later wins; 2e-3 a number
+    assert Subject.of("support.spies.PixelSpy", ["+memory.delay_s=0.5"]).memory["delay_s"] == 0.5

@@ -2,6 +2,6 @@
 of the package, over a tiny synthetic release (docs/streaming-systems.md, "The checklist")."""
 
 from apm.check.checks import Result
-from apm.check.system import check_system
+from apm.check.system import Report, check_system
 
-__all__ = ["Result", "check_system"]
+__all__ = ["Report", "Result", "check_system"]

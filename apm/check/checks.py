@@ -29,18 +29,29 @@ SHOWN_OF_A_HIDDEN_SESSION = "visible sessions"
 """What a causality refusal says when the item shown lies outside the instance's visible sessions."""
 
 
+Status = Literal["PASS", "FAIL", "SKIP", "NOT CHECKED"]
+
+
 @dataclass(frozen=True)
 class Result:
-    """One check's outcome: ``PASS`` (what was checked), ``FAIL`` (what failed) or ``SKIP`` (why it does
-    not apply; never counted as a pass)."""
+    """One check's outcome: ``PASS`` (what was checked), ``FAIL`` (what failed), ``SKIP`` (why it was not
+    checked: it does not apply, or ``failed``, a run it reads failed; never counted as a pass) or ``NOT
+    CHECKED`` (what the checklist cannot see of this system, said in words; neither a pass nor a failure)."""
 
     check: str
-    status: Literal["PASS", "FAIL", "SKIP"]
+    status: Status
     detail: str
+    failed: bool = False
+    """A ``SKIP`` because a run the check reads failed: the command exits non-zero as for a ``FAIL``."""
 
     @property
     def line(self) -> str:
         return f"{self.status} {self.check}: {self.detail}"
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command may still exit 0: anything but a ``FAIL`` or a ``SKIP`` caused by a failure."""
+        return self.status != "FAIL" and not self.failed
 
 
 def verdict(check: str, problems: list[str], passed: str) -> Result:
@@ -51,11 +62,29 @@ def verdict(check: str, problems: list[str], passed: str) -> Result:
     return Result(check, "FAIL", problems[0] + more)
 
 
-def comparable(record: dict[str, Any]) -> tuple[Any, ...]:
-    """What an instance's answer was and rested on: output, error, prompt digest, frames and the memory
-    state it was asked from; two runs of a deterministic, non-mutating system agree on it."""
-    return (record.get("output"), record.get("error"), record.get("prompt_sha256"),
-            json.dumps(record.get("frames"), sort_keys=True), record.get("memory_sha256"), record.get("memory_bytes"))
+COMPARED = ("output", "error", "prompt_sha256", "frames", "memory_sha256", "memory_bytes")
+"""What an instance's answer was and rested on: output, error, prompt digest, frames and the memory state
+it was asked from; two runs of a deterministic, non-mutating system agree on each."""
+SHOWN_CHARS = 48
+"""How much of each differing value a comparison's line shows (``…`` marks the cut)."""
+
+
+def comparable(record: dict[str, Any]) -> tuple[str, ...]:
+    """A record's :data:`COMPARED` fields, each as canonical JSON."""
+    return tuple(json.dumps(record.get(name), sort_keys=True) for name in COMPARED)
+
+
+def _short(value: Any) -> str:
+    """``value`` as a line shows it: its repr (JSON for lists and objects), cut to :data:`SHOWN_CHARS`."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":")) if isinstance(value, (list, dict)) else repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+
+
+def differences(got: dict[str, Any], expected: dict[str, Any]) -> str:
+    """The :data:`COMPARED` fields on which two records of an instance differ, each as ``field got against
+    expected`` (values cut short), ``; ``-separated; empty when they agree."""
+    return "; ".join(f"{name} {_short(got.get(name))} against {_short(expected.get(name))}"
+                     for name, a, b in zip(COMPARED, comparable(got), comparable(expected), strict=True) if a != b)
 
 
 def answered(planned: Iterable[Instance], records: Records, lines: list[dict[str, Any]],
@@ -147,9 +176,8 @@ def non_mutating(full: Records, part: Records) -> list[str]:
     shared = sorted(set(full) & set(part))
     if not shared:
         return ["the subset run shares no instance with the full run"]
-    return [f"{k}: answered differently when fewer probes were asked (output {part[k].get('output')!r:.60} "
-            f"against {full[k].get('output')!r:.60}): an answer changed the state" for k in shared
-            if comparable(full[k]) != comparable(part[k])]
+    return [f"{k}: answered differently when fewer probes were asked ({differences(part[k], full[k])}): an "
+            "answer changed the state" for k in shared if comparable(full[k]) != comparable(part[k])]
 
 
 def ea_restriction(instances: Mapping[str, Instance], events: list[Event], records: Records) -> list[str]:
@@ -271,7 +299,7 @@ def same_outcome(expected: Records, got: Records, expected_lines: list[dict[str,
     """A run that was interrupted (``how``) and rerun ends with the records and memory states of an
     uninterrupted one."""
     problems = [f"{k}: after {how}, the record differs from the uninterrupted run's "
-                f"(output {got[k].get('output')!r:.60} against {expected[k].get('output')!r:.60})"
+                f"({differences(got[k], expected[k])})"
                 for k in sorted(expected) if k in got and comparable(got[k]) != comparable(expected[k])]
     if set(got) != set(expected):
         problems.append(f"after {how}, {len(set(expected) - set(got))} records missing and "

@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
-import yaml
 from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -36,9 +37,38 @@ from apm.runner.config import ConfigError, check_arguments
 from apm.streaming.base import StreamingSystem
 
 OBSERVER = "apm.check.observed.observed"
-MEMORY_PREFIX = "memory."
-"""Overrides of the system's own settings (``memory.top_k=8``), applied to its config however it is named."""
+MEMORY = "memory"
+MEMORY_PREFIX = f"{MEMORY}."
+"""Overrides of the system's own settings (``memory.top_k=8``, ``+memory.extra=1``, ``~memory.top_k``),
+applied to its config however it is named."""
 YAML_SUFFIXES = (".yaml", ".yml")
+THE_CHECKLISTS = {"output_root": "the checklist's runs go under --work",
+                  "dataset.root": "give the release as --release"}
+"""Settings every checked run takes from the command itself: an override of one would be lost or would
+move a run out of the checklist's sight, so it is refused."""
+
+
+def parsed(overrides: list[str]) -> list[Override]:
+    """``overrides`` as Hydra reads them (a malformed one raises Hydra's own one-line error)."""
+    return OverridesParser.create().parse_overrides(list(overrides))
+
+
+def _settings(overrides: list[str]) -> tuple[list[Override], list[str]]:
+    """The system's own settings among ``overrides`` and the rest (for the runs, in order); an override
+    naming another system (``memory=…``) or one of :data:`THE_CHECKLISTS` is refused in one line."""
+    settings, rest = [], []
+    for override, text in zip(parsed(overrides), overrides, strict=True):
+        key = override.key_or_group
+        if key == MEMORY and override.package is None:
+            raise ConfigError(f"{text}: the system under check is CONFIG, the first argument "
+                              f"({MEMORY_PREFIX}<key>=<value> sets its arguments)")
+        if key in THE_CHECKLISTS:
+            raise ConfigError(f"{text}: {THE_CHECKLISTS[key]}")
+        if key.startswith(MEMORY_PREFIX) and override.package is None:
+            settings.append(override)
+        else:
+            rest.append(text)
+    return settings, rest
 
 
 def memory_node(config: str, overrides: list[str]) -> dict[str, Any]:
@@ -72,14 +102,22 @@ class Subject:
 
     @classmethod
     def of(cls, config: str, overrides: list[str]) -> Subject:
-        """The subject ``config`` names, its ``memory.<key>=<value>`` overrides applied (whichever way it is
-        named); instantiated once here (settings only, as the contract asks)."""
-        settings = [o for o in overrides if o.startswith(MEMORY_PREFIX)]
-        rest = [o for o in overrides if o not in settings]
-        node = OmegaConf.create(memory_node(config, rest))
+        """The subject ``config`` names, its ``memory.<key>=<value>`` overrides applied in order on top of
+        its config (whichever way it is named; ``+``/``++`` add a key, ``~`` removes one), values read as
+        Hydra reads them; instantiated once here (settings only, as the contract asks)."""
+        settings, rest = _settings(overrides)
+        where = [o for o, p in zip(rest, parsed(rest), strict=True) if p.key_or_group.startswith("hydra.")]
+        node = OmegaConf.create(memory_node(config, where))  # found on the search path; the rest is the runs'
         for setting in settings:
-            key, _, value = setting.removeprefix(MEMORY_PREFIX).partition("=")
-            OmegaConf.update(node, key, yaml.safe_load(value), force_add=True)
+            key = setting.key_or_group.removeprefix(MEMORY_PREFIX)
+            if setting.is_delete():
+                parent, _, leaf = key.rpartition(".")
+                holder = OmegaConf.select(node, parent) if parent else node
+                if not isinstance(holder, DictConfig) or leaf not in holder:
+                    raise ConfigError(f"{setting.input_line}: the system's config has no {key} to remove")
+                del holder[leaf]
+            else:
+                OmegaConf.update(node, key, setting.value(), force_add=True)
         memory = cast(dict[str, Any], OmegaConf.to_container(node))  # made from a dict, so a dict
         check_arguments(memory, "memory")
         system = instantiate(memory, _convert_="all")

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from apm.check import checks
+from apm.check.backbone import Choice, choose
 from apm.check.checks import Result, verdict
 from apm.check.runs import (
     Outcome,
@@ -22,6 +24,7 @@ from apm.check.runs import (
     runs_below,
     spec_of,
 )
+from apm.check.unseen import not_checked
 from apm.data.release import load_release
 from apm.records.jsonl import read_folder
 from apm.records.rundir import RunDir
@@ -53,8 +56,11 @@ def resume(spec: RunSpec, full: Outcome, work: Path) -> Result:
     """Records lost from the full run are redone by rerunning it: only they are asked again (a streaming
     system replays their sessions), with the same answers and exported states."""
     lost = _lost(full.run_dir)
+    if not lost:
+        return Result("resume", "SKIP", f"the full run has too few records ({len(full.records)}) to lose any")
     again = run_here(spec, work / "resume.log")
-    problems = checks.same_outcome(full.records, again.records, full.lines, again.lines, "losing records")
+    problems = [f"the rerun after losing records stopped: {again.error}"] if again.error else []
+    problems += checks.same_outcome(full.records, again.records, full.lines, again.lines, "losing records")
     asked = {e["key"] for e in again.events if e["event"] == "answer"}
     if spec.streaming and asked != lost:
         problems.append(f"the rerun asked {len(asked)} instances again, {len(lost)} were lost "
@@ -96,25 +102,69 @@ def sigkill(spec: RunSpec, full: Outcome, work: Path) -> Result:
 CHECKS = ("run", "pixel causality", "order", "non-mutating answers", "EA restriction", "state bytes", "schema",
           "resume", "sigkill determinism")
 """Every check, in the order the command prints them."""
+OTHER_RUNS = ("non-mutating answers", "resume", "sigkill determinism")
+"""The checks that compare the full run with runs of their own (made only when the full run passed)."""
+CUT = 200
+"""How much of the full run's first problem a ``SKIP`` line repeats."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the command prints: the runs' backbone, each check's result, and what it cannot see."""
+
+    using: Choice
+    results: list[Result]
+    unseen: list[Result]
+
+    @property
+    def lines(self) -> list[str]:
+        return [self.using.line, *(r.line for r in self.results), *(r.line for r in self.unseen)]
+
+    @property
+    def ok(self) -> bool:
+        """No check failed, and none was skipped because a run failed (the command's exit status 0)."""
+        return all(r.ok for r in [*self.results, *self.unseen])
+
+
+def _unreached(name: str, problem: str, stopped: bool) -> Result:
+    """``name`` not passed because the full run failed (``problem``, its first): a ``SKIP`` that fails the command."""
+    cut = problem if len(problem) <= CUT else problem[: CUT - 1] + "…"
+    if stopped:
+        why = "it stopped before its end, so there is nothing to check"
+    elif name in OTHER_RUNS:
+        why = "no run to compare it with was made"
+    else:
+        why = "this check found no problem in it, which is no pass on a failed run"
+    return Result(name, "SKIP", f"the full run failed ({cut}): {why}", failed=True)
 
 
 def check_system(config: str, overrides: list[str], work: Path, release: Path | None = None,
-                 only: Collection[str] = CHECKS) -> list[Result]:
-    """The checks named in ``only`` (default every one) on ``config`` (with ``overrides``: backbone, search
-    path …) over ``release`` (default a tiny synthetic release made in ``work``, where every run goes);
-    a run only a check left out needs is not made."""
+                 only: Collection[str] = CHECKS, backbone: str | None = None) -> Report:
+    """The checks named in ``only`` (default every one) on ``config`` (with ``overrides``: search path,
+    settings …) over ``release`` (default a tiny synthetic release made in ``work``, where every run goes),
+    on ``backbone`` (default: chosen from what the system declares, :func:`apm.check.backbone.choose`);
+    a run only a check left out needs is not made. A check that reads a full run that failed never passes:
+    it reports what it found wrong, else a ``SKIP`` saying so."""
     unknown = sorted(set(only) - set(CHECKS))
     if unknown:
         raise ConfigError(f"no check {', '.join(map(repr, unknown))} (the checks: {', '.join(CHECKS)})")
     subject = Subject.of(config, overrides)
-    work.mkdir(parents=True, exist_ok=True)
-    root = release or generate(work / "release", seed=1, scale="tiny")
+    using, rest = choose(backbone, subject.overrides, subject.declaration, work)
+    subject = replace(subject, overrides=[*using.overrides, *rest])
+    root = release or work / "release"
     spec = spec_of(subject, root, work / "full", work / "frames")
+    spec.config()  # every override composes (or is refused in one line) before anything is made
+    work.mkdir(parents=True, exist_ok=True)
+    using.prepare()
+    if release is None:
+        generate(root, seed=1, scale="tiny")
     instances = {i.key: i for i in shard_plan(spec.config(), load_release(root)).run_instances}
     full = run_here(spec, work / "full.log")
     n = len(instances)
-    results = {"run": lambda: verdict("run", checks.answered(instances.values(), full.records, full.lines, full.error),
-                                      f"{n} instances answered, {len(full.lines)} sessions exported")}
+    problems = checks.answered(instances.values(), full.records, full.lines, full.error)
+    results: dict[str, Callable[[], Result]] = {
+        "run": lambda: verdict("run", problems, f"{n} instances answered, {len(full.lines)} sessions exported")}
+    apart: dict[str, Result] = {}  # the checks that do not apply to this subject
     if subject.streaming:
         results |= {
             "pixel causality": lambda: verdict(
@@ -125,11 +175,11 @@ def check_system(config: str, overrides: list[str], work: Path, release: Path | 
             "sigkill determinism": lambda: sigkill(spec, full, work),
         }
     else:
-        results |= {"pixel causality": lambda: Result("pixel causality", "SKIP", NOT_STREAMED),
-                    "order": lambda: Result("order", "SKIP", NOT_STREAMED),
-                    "sigkill determinism": lambda: Result(
-                        "sigkill determinism", "SKIP", "a memory protocol keeps no in-session state (its state "
-                        "is on disk after each session; resume covers it)")}
+        apart |= {"pixel causality": Result("pixel causality", "SKIP", NOT_STREAMED),
+                  "order": Result("order", "SKIP", NOT_STREAMED),
+                  "sigkill determinism": Result(
+                      "sigkill determinism", "SKIP", "a memory protocol keeps no in-session state (its state "
+                      "is on disk after each session; resume covers it)")}
     results |= {
         "non-mutating answers": lambda: non_mutating(spec, full, work),
         "EA restriction": lambda: verdict("EA restriction", checks.ea_restriction(instances, full.events, full.records),
@@ -143,8 +193,19 @@ def check_system(config: str, overrides: list[str], work: Path, release: Path | 
                                   "records and memory lines validate; the declarations are the class's"),
         "resume": lambda: resume(spec, full, work),  # last of those reading the full run: it changes its records
     }
-    done = {name: results[name]() for name in sorted(set(only), key=_resume_last)}
-    return [done[name] for name in CHECKS if name in done]
+    stopped = full.error is not None and any(k not in full.records for k in instances)  # not the run's end refusing
+    done: dict[str, Result] = {}
+    for name in sorted(set(only), key=_resume_last):
+        if name in apart:
+            done[name] = apart[name]
+        elif name == "run" or not problems:
+            done[name] = results[name]()
+        elif stopped or name in OTHER_RUNS:
+            done[name] = _unreached(name, problems[0], stopped)
+        else:
+            found = results[name]()
+            done[name] = found if found.status == "FAIL" else _unreached(name, problems[0], stopped=False)
+    return Report(using, [done[name] for name in CHECKS if name in done], not_checked(subject))
 
 
 def _resume_last(name: str) -> int:
@@ -157,5 +218,6 @@ def non_mutating(spec: RunSpec, full: Outcome, work: Path) -> Result:
     part = run_here(spec.elsewhere(work / "subset", extra=[f"dataset.tasks=[{','.join(SUBSET_TASKS)}]"]),
                     work / "subset.log")
     shared = len(set(full.records) & set(part.records))
-    return verdict("non-mutating answers", checks.non_mutating(full.records, part.records),
+    problems = [f"the run of {'+'.join(SUBSET_TASKS)} stopped: {part.error}"] if part.error else []
+    return verdict("non-mutating answers", problems + checks.non_mutating(full.records, part.records),
                    f"{shared} instances of {'+'.join(SUBSET_TASKS)} answered as in the full run")
