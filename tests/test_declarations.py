@@ -33,6 +33,8 @@ from apm.testing import fixtures
 GROUPS = ("memory", "backbone")
 STATELESS = {"none", "oracle"}
 REFERENCE_SYSTEMS = {"kv_cache", "event_memory", "feature_memory", "parametric_memory", "thought_memory"}
+CHILD_SYSTEMS = {"child_template"}
+"""Systems behind the process boundary: one class (``apm.boundary.ChildSystem``), declared per config."""
 
 
 def _options(group: str) -> dict[str, dict[str, Any]]:
@@ -42,12 +44,13 @@ def _options(group: str) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("group", GROUPS)
 def test_every_configured_class_declares_what_it_is(group: str) -> None:
     for option, node in _options(group).items():
-        declaration = declared(_locate(node["_target_"]))
+        per_config = option in CHILD_SYSTEMS
+        declaration = Declaration(**node["declaration"]) if per_config else declared(_locate(node["_target_"]))
         assert declaration is not None, f"{group}={option}: {node['_target_']} declares nothing"
         if group == "memory":
             assert declaration.persistent is (option not in STATELESS), option
             assert (declaration.tag == "reference system") is (option in REFERENCE_SYSTEMS), option
-            assert (declaration.family == "specialised") is (option in REFERENCE_SYSTEMS), option
+            assert (declaration.family == "specialised") is (option in REFERENCE_SYSTEMS | CHILD_SYSTEMS), option
 
 
 def test_the_protocol_base_declares_nothing_so_a_new_protocol_is_never_persistent_by_default() -> None:

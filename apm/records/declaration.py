@@ -22,6 +22,13 @@ REPRESENTATIONS: dict[Representation, str] = {
     "parametric": "Parametric Memory", "reasoning_thoughts": "Reasoning Thoughts"}
 """Each representation and the heading Table 3 prints above its systems, in the paper's order."""
 
+Deviation = Literal["answers_write_state", "unseeded_sampling", "no_restorable_export", "prefix_recompute"]
+"""A way an official system's loop departs from the online protocol (docs/boundary.md, "Deviations"):
+answering writes its state; it samples without the seed it is handed; its export cannot be restored
+(a resume or restricted instance cannot rebuild the state from it); it recomputes over the causal prefix
+per question instead of keeping state incrementally."""
+DEVIATIONS: tuple[Deviation, ...] = get_args(Deviation)
+
 
 @dataclass(frozen=True)
 class Declaration:
@@ -37,15 +44,20 @@ class Declaration:
     figures draw it dotted beside the protocol's methods); its tag names any task where it is not."""
     representation: Representation = field(default="", metadata={"absent_ok": True})  # records before it existed
     """A streaming system's memory representation (``REPRESENTATIONS``), by which Table 3 groups it."""
+    deviations: tuple[Deviation, ...] = field(default=(), metadata={"absent_ok": True})  # records before it existed
+    """Where a system's official loop departs from the online protocol (``DEVIATIONS``), as it declares."""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family {self.family!r}: expected one of {', '.join(FAMILIES)}")
+        unknown = [d for d in self.deviations if d not in DEVIATIONS]
+        if unknown:
+            raise ValueError(f"deviations {unknown}: expected some of {', '.join(DEVIATIONS)}")
         if self.representation and self.representation not in REPRESENTATIONS:
             raise ValueError(f"representation {self.representation!r}: expected one of {', '.join(REPRESENTATIONS)}")
 
     def as_record(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "deviations": list(self.deviations)}
 
 
 def declared(obj: object) -> Declaration | None:
@@ -61,9 +73,12 @@ def from_record(block: Any) -> Declaration | None:
     flags = {k: block.get(k) if isinstance(block.get(k), bool) else None for k in ("streaming", "persistent")}
     tag = block.get("tag")
     representation = block.get("representation")
+    deviations = block.get("deviations")
     return Declaration(cast(Family, block["family"]), **flags, tag=tag if isinstance(tag, str) else "",
                        ceiling=block.get("ceiling") is True,
-                       representation=representation if representation in REPRESENTATIONS else "")
+                       representation=representation if representation in REPRESENTATIONS else "",
+                       deviations=tuple(d for d in deviations if d in DEVIATIONS)
+                       if isinstance(deviations, list) else ())
 
 
 @dataclass(frozen=True)

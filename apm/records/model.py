@@ -326,7 +326,7 @@ def _type_schema(tp: Any, defs: dict[str, Schema]) -> Schema:
         return _nullable(_type_schema(inner, defs))
     if origin is Literal:
         return {"enum": list(args)}
-    if origin is list:
+    if origin is list or (origin is tuple and args[1:] == (Ellipsis,)):  # a tuple[X, ...] is written as a list
         return {"type": "array", "items": _type_schema(args[0], defs)}
     if origin is dict:
         return {"type": "object", "additionalProperties": _type_schema(args[1], defs)}

@@ -47,7 +47,7 @@ from apm.runner.record import NO_MEMORY, make_record
 from apm.runner.request import prepare_instance, state_dir_of
 from apm.runner.setup import RunSetup, frame_budget
 from apm.runner.shard_lock import holding_shard
-from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, storage_bytes
+from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, session_seed, storage_bytes
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError
 from apm.video.select import CausalityError, uniform_indices
@@ -191,6 +191,7 @@ class OnlineRun:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.method.close()
             self._records.close()
             self._memory.close()
         return self.stats
@@ -317,6 +318,9 @@ class SessionReplay(abc.ABC):
         is never asked)."""
         raise NotImplementedError(f"{type(self).__name__} holds no instance back")
 
+    async def close(self) -> None:
+        """Release what the method holds once the run is done (nothing by default)."""
+
 
 class ProtocolReplay(SessionReplay):
     """A memory protocol: the system that ignores the stream. A session's instances are answered
@@ -393,14 +397,20 @@ class StreamReplay(SessionReplay):
         """Hold a slot while the trajectory replays, through its own copy of the system as configured (a
         ``serial`` system: the run's one object, holding it alone)."""
         async with self.serial if self.system.serial else nullcontext(), self.run.slots:
-            self.systems[traj.trajectory_id] = self.system if self.system.serial else self.run.setup.fresh_system()
+            system = self.systems[traj.trajectory_id] = (self.system if self.system.serial
+                                                         else self.run.setup.fresh_system())
             try:
                 yield
             finally:
                 del self.systems[traj.trajectory_id]
+                if system is not self.system:
+                    await system.close()
 
     def held_back(self, traj: Trajectory, inst: Instance) -> bool:
         return streaming.restricted(traj, inst)
+
+    async def close(self) -> None:
+        await self.system.close()
 
     def resume_at(self, recorded: list[dict[str, Any]], instances: list[list[Instance]],
                   on_record: OnRecordByKey) -> int:
@@ -432,7 +442,8 @@ class StreamReplay(SessionReplay):
         probes = sorted(todo, key=lambda i: (i.probe_time, i.key))
         updates = streaming.UpdateClock()
         channel = streaming.reference_channel(s.backbone, todo)
-        await system.begin(SessionContext(traj, session, state_dir, channel, s.writer))
+        seed = session_seed(traj, session, s.settings.seed)
+        await system.begin(SessionContext(traj, session, state_dir, channel, s.writer, seed))
         for at, event in events:
             while probes and probes[0].probe_time < at:
                 await self.answer_probe(system, traj, probes.pop(0), updates, shown, unseen)
@@ -478,10 +489,13 @@ class StreamReplay(SessionReplay):
         for visible, group in groups.items():
             state_dir = streaming.visible_state_dir(self.run.setup, traj, visible)
             system = self.run.setup.fresh_system()
-            shown = await self.build_visible_state(system, traj, visible[:-1], state_dir)
-            todo = self.run.todo(group, on_record, shown)
-            if todo:
-                await self.stream_session(system, traj, traj.session(visible[-1]), state_dir, todo, shown)
+            try:
+                shown = await self.build_visible_state(system, traj, visible[:-1], state_dir)
+                todo = self.run.todo(group, on_record, shown)
+                if todo:
+                    await self.stream_session(system, traj, traj.session(visible[-1]), state_dir, todo, shown)
+            finally:
+                await system.close()
 
     async def build_visible_state(self, system: StreamingSystem, traj: Trajectory, sessions: tuple[str, ...],
                                   state_dir: Path) -> dict[str, Any]:

@@ -25,6 +25,7 @@ YAML file under ``conf/memory/`` (its ``_target_``), inside or outside this pack
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ class SessionContext:
     """The run's backbone: a system without a model of its own answers through it."""
     writer: Any
     """The run's writer backbone (the backbone itself unless ``writer=`` is set): text it keeps in memory."""
+    seed: int = 0
+    """The session's seed (:func:`session_seed`): anything random the system does in the session draws from it."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,16 @@ class StreamingSystem(abc.ABC):
     async def export(self, state_dir: Path) -> dict[str, Any]:
         """Write the persistent state after the session into ``state_dir``; return facts for its memory
         line (``{"error": why}`` among them when the update failed: ``rerun=errors`` redoes it)."""
+
+    async def close(self) -> None:
+        """Release what this copy holds (a child process) once the runner is done with it; default: nothing."""
+
+
+def session_seed(trajectory: Trajectory, session: Session, seed: int | None) -> int:
+    """A session's seed: the run's ``generation.seed`` mixed with the trajectory and session, so every
+    session draws its own numbers and a replay draws the same ones (a 31-bit integer)."""
+    text = f"{seed}/{trajectory.trajectory_id}/{session.key}".encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:4], "big") & 0x7FFFFFFF
 
 
 def own_turns(turns: Iterable[Turn], probe: Probe) -> list[Turn]:
