@@ -4,7 +4,8 @@ OASIS is copied here: the user's checkout is imported (``upstream``), as its ``s
 imports it. Run by ``python -m apm_child adapters/oasis.py:Oasis`` in a transformers 4.57 side env.
 
 State: the event forest (events with summaries, embeddings and keyframes; QA nodes and the QA summary;
-merges) pickled after each session into ``oasis_forest.pt``, rewritten in place; a session starts from it
+merges) saved after each session into ``oasis_forest.pt`` (``torch.save`` of its nodes as plain dicts, so
+the same forest gives the same bytes), rewritten in place; a session starts from it
 with empty short-term buffers (as OASIS starts a video). Frames a session ends with before they fill a
 segment are dropped, as OASIS drops a video's tail.
 
@@ -32,6 +33,24 @@ COMMIT = "dbd342c79a1b9b03327d4ec5daa87488737db988"
 STATE = "oasis_forest.pt"
 FOREST = ("nodes", "roots", "QA_lst", "QA_summary_all", "merges", "snapshots")
 """The ``EventForest`` attributes that are its memory (what its ``reset`` clears)."""
+
+
+def _plain(value: Any) -> Any:
+    """OASIS's pydantic nodes as plain dicts: a pickled model carries its fields-set as a ``set``, whose
+    order changes with each process's hash seed, so the same forest would not give the same bytes."""
+    if hasattr(value, "model_fields"):
+        return {"__oasis__": type(value).__name__, **{k: _plain(v) for k, v in vars(value).items()}}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return [_plain(v) for v in value] if isinstance(value, list) else value
+
+
+def _model(value: Any, types: Any) -> Any:
+    """:func:`_plain` undone with the classes of ``src/oasis/types.py``."""
+    if isinstance(value, dict):
+        fields = {k: _model(v, types) for k, v in value.items() if k != "__oasis__"}
+        return getattr(types, value["__oasis__"]).model_construct(**fields) if "__oasis__" in value else fields
+    return [_model(v, types) for v in value] if isinstance(value, list) else value
 
 
 class Oasis(System):
@@ -90,6 +109,7 @@ class Oasis(System):
 
     def begin(self, session: Session, sessions, state_dir: str, seed: int, harness: Harness) -> None:
         import torch
+        from src.oasis import types
         from src.oasis.types import FramePacket
 
         if self.model is None:
@@ -100,7 +120,7 @@ class Oasis(System):
         if os.path.exists(path):
             saved = torch.load(path, weights_only=False)
             for name in FOREST:
-                setattr(self.model.event_forest, name, saved[name])
+                setattr(self.model.event_forest, name, _model(saved[name], types))
         seed_all(seed)
         self.frames = 0
 
@@ -140,6 +160,6 @@ class Oasis(System):
 
         forest = self.model.event_forest
         size = write_atomically(os.path.join(state_dir, STATE),
-                                lambda f: torch.save({n: getattr(forest, n) for n in FOREST}, f))
+                                lambda f: torch.save({n: _plain(getattr(forest, n)) for n in FOREST}, f))
         return {"events": len(forest.nodes), "roots": len(forest.roots), "merges": len(forest.merges),
                 "qa": len(forest.QA_lst), "frames_seen": self.frames, "state_bytes": size}
