@@ -68,3 +68,42 @@ def query(fields: Dict[str, Any], turns=()) -> Dict[str, Any]:
         text = turns[-1].text
     options = ["%s. %s" % (c.get("option_id"), c.get("text")) for c in fields.get("choices") or []]
     return {"question": text, "options": options}
+
+
+def load_frames(state_dir: str, sessions, index: int) -> list:
+    """The frames :func:`save_frames` kept for the sessions before ``index`` (oldest first), as
+    ``apm_child.Frame``: the state of a prefix-recompute system, which re-reads them when asked."""
+    from apm_child import Frame
+
+    frames = []
+    for s in sessions[:index]:
+        folder = os.path.join(state_dir, s.file_stem + ".frames")
+        for name in sorted(os.listdir(folder) if os.path.isdir(folder) else [], key=lambda n: int(n[:-4])):
+            with open(os.path.join(folder, name), "rb") as f:
+                frames.append(Frame(s.key, float(int(name[:-4]) - s.start), int(name[:-4]), f.read()))
+    return frames
+
+
+def save_frames(state_dir: str, session, frames) -> int:
+    """Keep ``session``'s frames (JPEG, named by wall clock) in ``<stem>.frames/``; their bytes."""
+    folder = os.path.join(state_dir, session.file_stem + ".frames")
+    os.makedirs(folder, exist_ok=True)
+    return sum(write_atomically(os.path.join(folder, "%d.jpg" % f.wall_clock), lambda out, b=f.jpeg: out.write(b))
+               for f in frames)
+
+
+class FirstToken:
+    """A ``generate`` streamer noting when the first new token arrives (its first ``put`` is the prompt)."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.clock, self.puts, self.at = time.perf_counter, 0, None
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.at = self.clock()
+
+    def end(self) -> None:
+        pass

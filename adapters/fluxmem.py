@@ -26,27 +26,12 @@ from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _upstream import checkout, pil, query, seed_all, write_atomically  # noqa: E402
+from _upstream import FirstToken, checkout, load_frames, pil, query, save_frames, seed_all  # noqa: E402
 
 from apm_child import Answer, Frame, Harness, Probe, Session, System  # noqa: E402
 
 COMMIT = "6fdbf65b6f2af1a94ca41d542be5be86a565d338"
 SRC = ("models/qwen2-5-vl/src", "models/qwen-vl-utils/src")
-
-
-class FirstToken:
-    """A ``generate`` streamer that notes when the first new token arrives (the first ``put`` is the prompt)."""
-
-    def __init__(self) -> None:
-        self.puts, self.at = 0, None
-
-    def put(self, value) -> None:
-        self.puts += 1
-        if self.puts == 2 and self.at is None:
-            self.at = time.perf_counter()
-
-    def end(self) -> None:
-        pass
 
 
 class FluxMem(System):
@@ -111,12 +96,7 @@ class FluxMem(System):
             self._load()
         seed_all(seed)  # the script seeds once (1234) at load; here each session from the harness's seed
         self.session, self.current = session, []
-        self.earlier: List[Frame] = []
-        for s in sessions[: session.index]:
-            folder = os.path.join(state_dir, s.file_stem + ".frames")
-            for name in sorted(os.listdir(folder) if os.path.isdir(folder) else [], key=lambda n: int(n[:-4])):
-                with open(os.path.join(folder, name), "rb") as f:
-                    self.earlier.append(Frame(s.key, float(int(name[:-4]) - s.start), int(name[:-4]), f.read()))
+        self.earlier: List[Frame] = load_frames(state_dir, sessions, session.index)
 
     def observe_frame(self, frame: Frame) -> None:
         self.current.append(frame)  # nothing else: FluxMem builds its memory when asked
@@ -148,10 +128,7 @@ class FluxMem(System):
                       frames=tuple(Frame(f.session, f.offset, f.wall_clock, b"") for f in frames))
 
     def export(self, state_dir: str) -> Dict[str, Any]:
-        folder = os.path.join(state_dir, self.session.file_stem + ".frames")
-        os.makedirs(folder, exist_ok=True)
-        for frame in self.current:
-            write_atomically(os.path.join(folder, "%d.jpg" % frame.wall_clock), lambda f, b=frame.jpeg: f.write(b))
+        save_frames(state_dir, self.session, self.current)
         last = self.prefills[-1] if self.prefills else {}
         return {"frames": len(self.current), "prefills": len(self.prefills), "last_prefill_tokens": last.get("tokens"),
                 "last_prefill_kept": last.get("kept")}
