@@ -60,6 +60,8 @@ class Child:
         self.factory, self.wire = factory, wire
         self.system: Optional[System] = None
         self.in_probe = False
+        self.fed: Dict[Tuple[str, float], bytes] = {}
+        """The current session's frames as fed (the harness holds them too: they go back by reference)."""
 
     def call(self, message: Dict[str, Any]) -> Dict[str, Any]:
         """Send a call to the harness and wait for its reply (``{"reply": …}``)."""
@@ -90,7 +92,7 @@ class Child:
 
     def operate(self, message: Dict[str, Any]) -> Any:
         op = message["op"]
-        harness = Harness(self.call)
+        harness = Harness(self.call, self.fed)
         if op == "hello":
             return self.hello(message)
         system = self.system
@@ -99,10 +101,13 @@ class Child:
         if op == "begin":
             sessions = tuple(Session.from_wire(s) for s in message["sessions"])
             current = next(s for s in sessions if s.key == message["session"])
+            self.fed.clear()
             system.begin(current, sessions, message["state_dir"], int(message["seed"]), harness)
             return None
         if op == "frame":
-            system.observe_frame(Frame.from_wire(message))
+            frame = Frame.from_wire(message)
+            self.fed[(frame.session, frame.offset)] = frame.jpeg
+            system.observe_frame(frame)
             return None
         if op == "turn":
             system.observe_turn(Turn.from_wire(message))

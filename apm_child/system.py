@@ -52,9 +52,11 @@ class Frame:
     def from_wire(cls, data: Dict[str, Any]) -> "Frame":
         return cls(data["session"], float(data["offset"]), int(data["wall_clock"]), base64.b64decode(data["jpeg"]))
 
-    def to_wire(self) -> Dict[str, Any]:
-        return {"session": self.session, "offset": self.offset, "wall_clock": self.wall_clock,
-                "jpeg": base64.b64encode(self.jpeg).decode("ascii")}
+    def to_wire(self, by_reference: bool = False) -> Dict[str, Any]:
+        """The frame for the harness; ``by_reference``: without its bytes (a frame the harness fed this
+        session, unchanged: the harness has them)."""
+        where = {"session": self.session, "offset": self.offset, "wall_clock": self.wall_clock}
+        return where if by_reference else {**where, "jpeg": base64.b64encode(self.jpeg).decode("ascii")}
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,20 @@ class Harness:
     """The run's engines, reached through the boundary: every request goes to the harness, which
     composes, checks, sends and records it as for an in-process system."""
 
-    def __init__(self, call: Callable[[Dict[str, Any]], Dict[str, Any]]) -> None:
+    def __init__(self, call: Callable[[Dict[str, Any]], Dict[str, Any]],
+                 fed: Optional[Dict[Tuple[str, float], bytes]] = None) -> None:
         self._call = call
+        self._fed = fed if fed is not None else {}
+        """The bytes of each frame the harness holds this session (fed, or sent with a request): such a
+        frame, unchanged, is sent by reference."""
+
+    def _wire(self, frame: Frame) -> Dict[str, Any]:
+        """A frame for a request: by reference when the harness holds these very bytes (fed, or sent
+        earlier in the session), else with its bytes, which the harness then holds for the session."""
+        key = (frame.session, frame.offset)
+        held = self._fed.get(key) is frame.jpeg
+        self._fed[key] = frame.jpeg
+        return frame.to_wire(by_reference=held)
 
     def ask(self, frames: Sequence[Frame] = (), notes: Sequence[Tuple[str, str, int]] = (),
             turns: Sequence[Turn] = ()) -> Reply:
@@ -163,7 +177,7 @@ class Harness:
         layout) and refuses anything formed after the probe or outside its visible sessions. Only
         during :meth:`System.answer`."""
         return Reply.from_wire(self._call({
-            "call": "ask", "frames": [f.to_wire() for f in frames],
+            "call": "ask", "frames": [self._wire(f) for f in frames],
             "notes": [{"session": s, "text": t, "formed_at": at} for s, t, at in notes],
             "turns": [t.to_wire() for t in turns]}))
 
@@ -171,7 +185,7 @@ class Harness:
                  engine: str = "writer") -> Reply:
         """A free-form request to the run's ``writer`` (or ``backbone``): one user message of ``parts``,
         each a ``str`` or a :class:`Frame`, after an optional ``system`` message (e.g. describing an event)."""
-        wire: List[Dict[str, Any]] = [{"text": p} if isinstance(p, str) else {"frame": p.to_wire()} for p in parts]
+        wire: List[Dict[str, Any]] = [{"text": p} if isinstance(p, str) else {"frame": self._wire(p)} for p in parts]
         return Reply.from_wire(self._call({"call": "generate", "engine": engine, "system": system,
                                            "parts": wire, "max_tokens": max_tokens}))
 

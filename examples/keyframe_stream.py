@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from apm.backbones.base import ask
 from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.records.atomic import write_atomically
@@ -48,7 +49,7 @@ class KeyframeStream(StreamingSystem):
         shown = [f for f in self.earlier if f.session in visible] + self.kept
         shown += [f for f in self.latest if f not in shown]
         request = probe.request(frames=shown)
-        return Answer(await self.context.backbone.generate(request), request)
+        return Answer(await ask(self.context.backbone, request, probe.instance), request)
 
     async def export(self, state_dir: Path) -> dict:
         folder = session_path(state_dir, self.context.session, ".keyframes")

@@ -131,7 +131,7 @@ def test_a_minimal_backbone_runs_checked_in_latency_mode_and_is_judged(tmp_path:
     assert {r["latency"]["mode"] for r in recs} == {"isolated"}
     assert {r["latency"]["prefix_caching"] for r in recs} == {None}
     assert {r["output"] for r in recs} == {'{"answer":"A"}', '{"decision":"SILENT","reason":"minimal"}'}
-    assert recs[0]["run"]["declarations"]["backbone"]["tag"] == "minimal"
+    assert recs[0]["run"]["declarations"]["backbone"]["tag"] == "minimal, not sealed"  # a plug-in in process
     stage = JudgeStage(MinimalJudge("Minimal judge"), concurrency=2, preflight=True, fail_fast=3)
     stats = asyncio.run(stage.run([run_dir]))
     judged = [json.loads(line) for p in (run_dir / "judgements").glob("*.jsonl") for line in p.read_text().splitlines()]

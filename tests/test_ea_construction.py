@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 from support.adversaries import Omniscient
-from support.runner import compose_run, records, run
+from support.runner import compose_run, records, run, unsealed
 
-from apm.data.instances import SHOWN_FIELDS, instance_view, release_instances
+from apm.data.instances import SHOWN_FIELDS, instance_view, opaque_id, release_instances, release_seal
 from apm.data.model import Release
 from apm.data.release import load_release
 from apm.synth import generate
@@ -62,16 +62,19 @@ def test_a_system_that_reads_everything_cannot_answer_ea_hidden_evidence_questio
 
 
 def test_a_streaming_system_is_handed_an_instance_view_without_the_annotations(omniscient, omniscient_runs):
-    read = omniscient_runs[1]
+    keys = {opaque: key for release, _, _ in omniscient for opaque, key in unsealed(release.root).items()}
+    read = {keys[opaque]: seen for opaque, seen in omniscient_runs[1].items()}  # read by its opaque id
     tasks = {i.key: i.task for release, _, _ in omniscient for i in release_instances(release)}
     assert {tasks[key] for key in read} == {"EA", "RCR"}
     for seen in read.values():
         assert seen["correct_option"] is None and seen["evidence_available"] is None and seen["polarity"] is None
         assert set(seen["fields"]) <= set(SHOWN_FIELDS)
     release = omniscient[0][0]
+    seal = release_seal(release)
     for inst in release_instances(release):
-        view = instance_view(inst)
-        assert view.key == inst.key and view.turns == inst.turns and view.visible_sessions == inst.visible_sessions
+        view = instance_view(inst, seal)
+        assert view.key == opaque_id(seal, inst.key) != inst.key and not view.probe_id
+        assert view.turns == inst.turns and view.visible_sessions == inst.visible_sessions
         text = json.dumps(dict(view.candidate.fields))
         assert "correct_option_id" not in text and "evidence_moments" not in text and "proactive_response" not in text
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from support.backbones import Overlapping
-from support.runner import compose_run, memory_records, records, run
+from support.runner import compose_run, memory_records, records, run, unsealed
 from support.spies import ChunkSpy, PixelSpy, take
 
 from apm.streaming.base import StreamingSystem
@@ -63,7 +63,8 @@ def test_a_probe_on_a_chunk_boundary_includes_the_update_it_required(tiny, tmp_p
     cfg = [*SPY, "memory._target_=support.spies.ChunkSpy", "+memory.chunk_frames=4", f"+memory.encode_s={ENCODE_S}",
            "dataset.tasks=[ER,MPA,TPG]", "concurrency=1"]
     recs = records(run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", cfg)))
-    aligned = dict(ChunkSpy.ALIGNED)
+    keys = unsealed(tiny)
+    aligned = {keys[opaque]: was for opaque, was in ChunkSpy.ALIGNED.items()}  # told each probe's opaque id
     on, off = ([r["latency"]["ttft_s"] for r in recs if aligned[r["key"]] is side] for side in (True, False))
     assert len(on) >= 3 and len(off) >= 3
     assert min(on) >= ENCODE_S and min(off) >= ENCODE_S  # every probe waited for one chunk's encoding

@@ -18,6 +18,7 @@ from support.runner import (
     release_instance_count,
     release_sessions,
     run,
+    unsealed,
 )
 from support.spies import PixelSpy, take
 
@@ -27,6 +28,7 @@ from apm.data.frames import Frame
 from apm.data.instances import release_instances
 from apm.data.release import load_release
 from apm.memory.base import History, Note
+from apm.records.declaration import run_declaration
 from apm.records.jsonl import latest_by, latest_records
 from apm.runner.online import session_frames
 from apm.runner.streaming import compose_request
@@ -46,7 +48,9 @@ def spied(tiny, tmp_path_factory) -> tuple[Path, dict, list]:
     spec = spec_of(Subject.of("pixel_spy", [SPY[0], "backbone=random"]), tiny, root / "runs", root / "cache")
     outcome = run_here(spec, root / "observed.log")
     assert outcome.error is None
-    return outcome.run_dir, dict(PixelSpy.ANSWERED), outcome.events
+    keys = unsealed(tiny)  # the spy and the observer are told each instance's opaque id, never its key
+    events = [{**e, "key": keys.get(e["key"], e["key"])} if e["event"] == "answer" else e for e in outcome.events]
+    return outcome.run_dir, {keys[k]: v for k, v in PixelSpy.ANSWERED.items()}, events
 
 
 def test_nothing_after_the_probe_is_observed_before_the_answer_on_pixels(tiny, spied):
@@ -72,7 +76,7 @@ def test_streaming_records_carry_the_update_latency_and_validate(tiny, spied):
         assert lat["rtf"] == pytest.approx((lat["observe_s"] + lat["ttft_s"] - lat["update_s"]) / lat["prefix_s"])
         assert r["output"].startswith("state ")
     lines = memory_records(run_dir)
-    assert checks.schema(recs, lines, PixelSpy.declaration) == []
+    assert checks.schema(recs, lines, run_declaration(PixelSpy)) == []  # a plug-in in process: "not sealed"
     assert {tuple(r["run"]["capabilities"].values()) for r in recs} == {(True, True)}
     assert len(lines) == release_sessions(tiny)
     assert all(m["observed"] > 0 and m["observe_s"] > 0 and m["error"] is None for m in lines)
@@ -96,14 +100,15 @@ def test_lost_records_are_redone_by_replaying_their_session(tiny, spied, tmp_pat
     clean = latest_records(spied[0] / "records")
     cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache", SPY)
     run_dir = run(cfg)
-    assert set(take(PixelSpy.ANSWERED)) == set(clean)  # the first run asked everything
+    keys = unsealed(tiny)
+    assert {keys[k] for k in take(PixelSpy.ANSWERED)} == set(clean)  # the first run asked everything
     (path,) = (run_dir / "records").glob("*.jsonl")
     lines = path.read_text().splitlines(keepends=True)
     lost = [json.loads(x)["key"] for x in lines[40::3]]
     path.write_text("".join(lines[:40] + [x for i, x in enumerate(lines[40:]) if i % 3]))
     before = len(memory_records(run_dir))
     run(cfg)
-    assert set(PixelSpy.ANSWERED) == set(lost)  # only what was lost is asked again
+    assert {keys[k] for k in PixelSpy.ANSWERED} == set(lost)  # only what was lost is asked again
     assert len(memory_records(run_dir)) > before  # replayed sessions export the same state
     newest = list(latest_by(memory_records(run_dir), lambda m: (m["trajectory_id"], m["session_index"])).values())
     assert checks.same_outcome(clean, latest_records(run_dir / "records"), memory_records(spied[0]), newest,
@@ -134,7 +139,7 @@ def test_a_request_that_shows_the_future_or_a_hidden_session_raises(tiny):
     ea = next(i for i in release_instances(release)
               if i.task == "EA" and release.trajectory(i.trajectory_id).session(i.session).index == 3)
     traj = release.trajectory(ea.trajectory_id)
-    setup = type("Setup", (), {"settings": None})()
+    setup = type("Setup", (), {"settings": None, "opaque": staticmethod(lambda key: f"opaque:{len(key)}")})()
     current = traj.session(ea.session)
     late = Frame(current.key, float(ea.probe_time - current.start + 1), ea.probe_time + 1, b"")
     refusals: list[CausalityError] = []
@@ -145,6 +150,10 @@ def test_a_request_that_shows_the_future_or_a_hidden_session_raises(tiny):
     with pytest.raises(CausalityError, match="not among"):
         compose_request(setup, traj, ea, refusals, History(notes=(Note(hidden, "what happened", hidden.end),)), ())
     assert len(refusals) == 2  # kept for the runner, even if the system catches what it raised
+    assert all(str(e).startswith(f"{ea.key}: ") for e in refusals)  # the record names the key …
+    with pytest.raises(CausalityError) as raised:
+        compose_request(setup, traj, ea, refusals, History(), (late,))
+    assert ea.key not in str(raised.value) and str(raised.value).startswith(f"opaque:{len(ea.key)}: ")  # … not it
 
 
 def test_streaming_systems_import_nothing_from_the_runner():
@@ -168,5 +177,5 @@ def test_a_session_whose_video_cannot_be_decoded_records_why_and_the_run_goes_on
     failed = [r for r in recs if r["error"]]
     assert failed and {(r["day_id"], r["session_id"]) for r in failed} == {("DAY1", "S002")}
     assert all("cannot decode video at 3.000s: corrupt packet" in r["error"] for r in failed)
-    assert not {r["key"] for r in failed} & set(PixelSpy.ANSWERED)  # never asked without its video
+    assert not {r["key"] for r in failed} & {unsealed(tiny)[k] for k in PixelSpy.ANSWERED}  # never asked unseen
     assert len(recs) == release_instance_count(tiny)

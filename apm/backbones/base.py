@@ -171,7 +171,8 @@ class Request:
     messages: tuple[Message, ...]
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     request_id: str = ""
-    """The instance key (or any id) used in logs."""
+    """The id used in logs: for an instance's request, the run's opaque id of it
+    (``apm.data.instances.opaque_id``), never its key (which names a probe's polarity)."""
     trajectory_id: str | None = None
     """The trajectory asked about: engines route all of a trajectory's probes to one engine (caches)."""
 
@@ -375,7 +376,7 @@ class Bare(Backbone):
     capability at its default; its declaration, if its class has one, is kept."""
 
     def __init__(self, inner: BackboneLike) -> None:
-        self.inner = inner
+        self.inner = self.__wrapped__ = inner
         self.name = inner.name
         self.declaration = declared(inner)
 

@@ -29,14 +29,12 @@ from apm.data.frames import Frame
 from apm.data.instances import Turn
 from apm.data.model import Session
 from apm.memory.base import Note
-from apm.records.declaration import Declaration, Deviation
+from apm.records.declaration import NOT_SEALED, Declaration, Deviation
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
 from apm.video.select import CausalityError
 
 PROTOCOL = 1
 """The protocol version the harness speaks (``apm_child.PROTOCOL`` must be the same)."""
-NOT_SEALED = "not sealed"
-"""The tag every table prints after a child system that ran without a seal."""
 DECLARED = ("family", "streaming", "persistent", "representation")
 """The declaration's fields the child's ``hello`` must state as the memory config does."""
 LINE_LIMIT = 1 << 28
@@ -44,7 +42,12 @@ LINE_LIMIT = 1 << 28
 
 
 class ChildError(RuntimeError):
-    """The child refused an operation, broke the protocol or died; the message says which, in one line."""
+    """The child refused an operation, broke the protocol or died; the message says which, in one line.
+    ``answered``: the child answered the operation with an error and goes on (else it is gone or broken)."""
+
+    def __init__(self, message: str, answered: bool = False) -> None:
+        super().__init__(message)
+        self.answered = answered
 
 
 def _session_wire(s: Session) -> dict[str, Any]:
@@ -99,10 +102,19 @@ class ChildSystem(StreamingSystem):
         if self.mechanism is None and seal == "auto":
             print(f"apm: {self.name} runs unsealed (no Landlock on this kernel): its rows are marked "
                   f"'{NOT_SEALED}'", file=sys.stderr)
+        self._unstarted()
+
+    def _unstarted(self) -> None:
+        """The copy's own state before its child starts (a copy gets it afresh: nothing is shared)."""
         self._process: asyncio.subprocess.Process | None = None
         self._scratch: Path | None = None
         self._state_dir: Path | None = None
         self._salt = ""
+        self._failed: str | None = None
+        """Why this copy's child failed in the current session (None: it did not)."""
+        self._fed: dict[tuple[str, float], Frame] = {}
+        """The current session's frames as fed to the child (the stream's own objects) or sent by it with a
+        request: what a reference names."""
         self._context: SessionContext | None = None
         self._probe: Probe | None = None
         self._asked: list[tuple[Request, Response]] = []
@@ -114,6 +126,7 @@ class ChildSystem(StreamingSystem):
             raise TypeError(f"{self.name}: a started child system cannot be copied")
         copy = object.__new__(ChildSystem)
         copy.__dict__.update(self.__dict__)
+        copy._unstarted()
         return copy
 
     async def _start(self, context: SessionContext) -> None:
@@ -168,7 +181,8 @@ class ChildSystem(StreamingSystem):
             elif "ok" in reply:
                 return reply["ok"]
             else:
-                raise ChildError(f"{self.name}: {message['op']} failed in the child: {reply.get('error', reply)}")
+                raise ChildError(f"{self.name}: {message['op']} failed in the child: {reply.get('error', reply)}",
+                                 answered=True)
 
     async def _died(self) -> ChildError:
         assert self._process is not None
@@ -185,12 +199,14 @@ class ChildSystem(StreamingSystem):
             return {"error": f"unknown call {call['call']!r}"}
         except CausalityError as e:  # kept by the probe's refusals too: the instance is refused whatever the child does
             return {"error": f"causality: {e}"}
+        except ChildError as e:
+            return {"error": str(e)}
 
     async def _ask(self, call: dict[str, Any]) -> dict[str, Any]:
         probe, context = self._probe, self._context
         if probe is None or context is None:
             return {"error": "ask is for answering a probe"}
-        frames = [_frame(f) for f in call.get("frames", [])]
+        frames = [self._shown(f) for f in call.get("frames", [])]
         notes = [Note(probe.trajectory.session(n["session"]), str(n["text"]), int(n["formed_at"]))
                  for n in call.get("notes", [])]
         request = probe.request(frames=frames, notes=notes, turns=[_turn(t) for t in call.get("turns", [])])
@@ -198,11 +214,24 @@ class ChildSystem(StreamingSystem):
         self._asked.append((request, response))
         return _reply(response, len(self._asked) - 1)
 
+    def _shown(self, data: dict[str, Any]) -> Frame:
+        """A frame a request shows: its bytes as sent (held for the session), or (a reference: no ``jpeg``)
+        the frame fed or sent at that offset in this session."""
+        key = (str(data["session"]), float(data["offset"]))
+        if "jpeg" in data:
+            self._fed[key] = _frame(data)
+            return self._fed[key]
+        fed = self._fed.get(key)
+        if fed is None:
+            raise ChildError(f"{self.name}: a frame reference to {data['session']} +{data['offset']} s, "
+                             "not a frame fed or sent in this session: send its bytes", answered=True)
+        return fed
+
     async def _generate(self, call: dict[str, Any]) -> dict[str, Any]:
         context = self._context
         assert context is not None
         engine = context.writer if call.get("engine", "writer") == "writer" else context.backbone
-        parts: list[Part] = [TextPart(str(p["text"])) if "text" in p else FramePart(_frame(p["frame"]))
+        parts: list[Part] = [TextPart(str(p["text"])) if "text" in p else FramePart(self._shown(p["frame"]))
                              for p in call.get("parts", [])]
         system = (Message.text("system", str(call["system"])),) if call.get("system") else ()
         messages = (*system, Message("user", tuple(parts)))
@@ -213,24 +242,40 @@ class ChildSystem(StreamingSystem):
         return _reply(response, -1)
 
     async def begin(self, context: SessionContext) -> None:
-        if self._process is not None and self._state_dir != context.state_dir:
+        """Start the session in this copy's child, starting one first (again, after a child that failed)."""
+        if self._process is not None and (self._state_dir != context.state_dir or self._failed):
             await self.close()
-        self._context = context
+        self._context, self._failed = context, None
+        self._fed.clear()
         if self._process is None:
             context.state_dir.mkdir(parents=True, exist_ok=True)
             self._state_dir = context.state_dir
             await self._start(context)
-        await self._op({"op": "begin", "session": context.session.key, "seed": context.seed,
-                        "sessions": [_session_wire(s) for s in context.trajectory.sessions],
-                        "state_dir": os.path.abspath(context.state_dir)})
+        await self._guarded({"op": "begin", "session": context.session.key, "seed": context.seed,
+                             "sessions": [_session_wire(s) for s in context.trajectory.sessions],
+                             "state_dir": os.path.abspath(context.state_dir)})
+
+    async def _guarded(self, message: dict[str, Any]) -> Any:
+        """An operation that fails the rest of the session, not the run, when the child does: after a
+        :class:`ChildError` the session's updates are skipped, its answers and export fail with it."""
+        if self._failed:
+            return None
+        try:
+            return await self._op(message)
+        except ChildError as e:
+            self._failed = str(e)
+            return None
 
     async def observe_frame(self, frame: Frame) -> None:
-        await self._op({"op": "frame", **_frame_wire(frame)})
+        self._fed[(frame.session, frame.offset)] = frame
+        await self._guarded({"op": "frame", **_frame_wire(frame)})
 
     async def observe_turn(self, turn: Turn) -> None:
-        await self._op({"op": "turn", **_turn_wire(turn)})
+        await self._guarded({"op": "turn", **_turn_wire(turn)})
 
     async def answer(self, probe: Probe) -> Answer:
+        if self._failed:
+            raise ChildError(self._failed)
         inst = probe.instance
         self._probe, self._asked = probe, []
         wire = {"id": hashlib.sha256(f"{self._salt}/{inst.key}".encode()).hexdigest()[:16],
@@ -240,6 +285,9 @@ class ChildSystem(StreamingSystem):
                 "fields": inst.candidate.fields}
         try:
             result = await self._op({"op": "probe", "probe": wire})
+        except ChildError as e:
+            self._failed = None if e.answered else str(e)
+            raise
         finally:
             self._probe = None
         if "reply" in result:
@@ -255,8 +303,9 @@ class ChildSystem(StreamingSystem):
         return Answer(response, frames=tuple(_frame(f) for f in result.get("frames", [])))
 
     async def export(self, state_dir: Path) -> dict[str, Any]:
-        facts = await self._op({"op": "export", "state_dir": os.path.abspath(state_dir)})
-        return {**(facts if isinstance(facts, dict) else {}), "boundary": self.boundary_facts()}
+        facts = await self._guarded({"op": "export", "state_dir": os.path.abspath(state_dir)})
+        failed = {"error": f"export failed: {self._failed}"} if self._failed else {}
+        return {**(facts if isinstance(facts, dict) else {}), **failed, "boundary": self.boundary_facts()}
 
     def boundary_facts(self) -> dict[str, Any]:
         """What the memory line says of the route: the seal it ran under and what the child reported."""

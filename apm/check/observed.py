@@ -15,6 +15,7 @@ from typing import Any
 from apm.data.frames import Frame
 from apm.data.instances import Turn
 from apm.memory.base import state_files
+from apm.records.declaration import declared
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
 from apm.video.pixelcode import read_code
 
@@ -54,6 +55,8 @@ class Observed(StreamingSystem):
     def __init__(self, system: StreamingSystem, delay_s: float = 0.0, name: str | None = None):
         super().__init__(name or system.name)
         self.system, self.delay_s = system, delay_s
+        self.__wrapped__ = system
+        """The system observed (what the run records as the method: ``apm.records.declaration.run_declaration``)."""
         self.copy: str | None = None
         """Which copy of the system this is (set at its first ``begin``: each EA copy gets its own)."""
 
@@ -86,6 +89,9 @@ class Observed(StreamingSystem):
         note("export", **self.where)
         return facts
 
+    async def close(self) -> None:
+        await self.system.close()
+
 
 @functools.cache
 def _observer_of(kind: type[StreamingSystem]) -> type[Observed]:
@@ -96,5 +102,9 @@ def _observer_of(kind: type[StreamingSystem]) -> type[Observed]:
 
 
 def observed(system: StreamingSystem, delay_s: float = 0.0, name: str | None = None) -> Observed:
-    """``system`` wrapped for the checks (the ``_target_`` a checked run's memory config names)."""
-    return _observer_of(type(system))(system, delay_s, name)
+    """``system`` wrapped for the checks (the ``_target_`` a checked run's memory config names), declaring
+    what the system declares (a child system declares per config: ``apm.boundary.ChildSystem``)."""
+    wrapper = _observer_of(type(system))(system, delay_s, name)
+    if declared(system) != declared(wrapper):
+        wrapper.declaration = declared(system)  # type: ignore[misc]  # declared per object, as the system
+    return wrapper

@@ -25,8 +25,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from apm.check.observed import LOG_ENV, Event, read_log
 from apm.configs import CONF_DIR
+from apm.data.instances import opaque_id, release_instances, release_seal
+from apm.data.release import load_release
 from apm.errors import one_line
-from apm.records.declaration import Declaration, declared
+from apm.records.declaration import Declaration, run_declaration
 from apm.records.jsonl import latest_by, read_folder
 from apm.records.rundir import RunDir, find_runs
 from apm.runner.app import run_async, run_dir_of
@@ -81,7 +83,7 @@ class Subject:
         memory = cast(dict[str, Any], OmegaConf.to_container(node))  # made from a dict, so a dict
         check_arguments(memory, "memory")
         system = instantiate(memory, _convert_="all")
-        return cls(memory, rest, isinstance(system, StreamingSystem), declared(system))
+        return cls(memory, rest, isinstance(system, StreamingSystem), run_declaration(system))
 
 
 @dataclass(frozen=True)
@@ -132,11 +134,17 @@ class Outcome:
     error: str | None
 
     @classmethod
-    def read(cls, run_dir: Path, log: Path, error: str | None) -> Outcome:
+    def read(cls, run_dir: Path, log: Path, error: str | None, release: str) -> Outcome:
+        """``release``: the release run, whose opaque instance ids the observer logged answers by (a system
+        is never told an instance's key); its events name each instance by its key again."""
         run = RunDir(run_dir)
         lines = list(latest_by(read_folder(run.memory), lambda m: (m["trajectory_id"], m["session_index"])).values())
         records = latest_by(read_folder(run.records), lambda r: r["key"])
-        return cls(run_dir, records, lines, read_log(log), error)
+        loaded = load_release(release, check_videos=False)
+        seal = release_seal(loaded)
+        keys = {opaque_id(seal, i.key): i.key for i in release_instances(loaded)}
+        events = [{**e, "key": keys.get(e["key"], e["key"])} if e["event"] == "answer" else e for e in read_log(log)]
+        return cls(run_dir, records, lines, events, error)
 
 
 @contextmanager
@@ -164,7 +172,7 @@ def run_here(spec: RunSpec, log: Path) -> Outcome:
             asyncio.run(run_async(cfg))
         except Exception as e:  # noqa: BLE001 — a stopped run is what a check reports
             error = one_line(e)
-    return Outcome.read(run_dir_of(cfg), log, error)
+    return Outcome.read(run_dir_of(cfg), log, error, spec.release)
 
 
 def child(spec: RunSpec, log: Path) -> subprocess.Popen[bytes]:

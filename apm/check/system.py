@@ -86,7 +86,7 @@ def sigkill(spec: RunSpec, full: Outcome, work: Path) -> Result:
         return Result("sigkill determinism", "SKIP", "no kill landed inside a session (the run was too fast)")
     error = finish(child(killed, log))
     (run,) = runs_below(out)
-    again = Outcome.read(run.path, log, error)
+    again = Outcome.read(run.path, log, error, spec.release)
     problems = [f"the rerun after the kill failed: {error}"] if error else []
     problems += checks.same_outcome(full.records, again.records, full.lines, again.lines, "a SIGKILL mid-session")
     return verdict("sigkill determinism", problems, "killed mid-session and rerun: the uninterrupted run's "

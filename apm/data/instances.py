@@ -10,6 +10,9 @@ see. Nothing here reads video: causality is enforced later on frames, using ``pr
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Literal, Mapping
 
@@ -83,14 +86,37 @@ def _shown(value: Any, keys: tuple[str, ...]) -> Any:
     return {k: value[k] for k in keys if k in value} if isinstance(value, Mapping) else value
 
 
-def instance_view(instance: Instance) -> Instance:
-    """The instance as a method that is not a reference may see it (a streaming system's ``Probe``): its
-    question side only (:data:`SHOWN_FIELDS`), no ``correct_option``, ``evidence_available`` or ``polarity``.
-    Its ``key`` stays: it names the record (and, for an adaptive probe, its probe id)."""
+OPAQUE_CHARS = 24
+"""Hex characters of an opaque instance id (96 bits: no two instances of a release share one)."""
+
+
+def release_seal(release: Release) -> str:
+    """The key of a release's opaque instance ids (:func:`opaque_id`): a digest of every candidate's
+    annotations, so only code that already holds the annotations can tell which instance an id stands
+    for. The same for every run, shard and rerun on the release."""
+    h = hashlib.sha256(b"apm opaque instance ids\0")
+    for c in release.all_candidates:
+        h.update(json.dumps([c.trajectory_id, c.candidate_id, c.task, c.fields], sort_keys=True, default=str).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def opaque_id(seal: str, key: str) -> str:
+    """What a method is told an instance is called: a keyed digest (HMAC-SHA-256 under the release's
+    :func:`release_seal`) of its key, stable for the instance, naming neither its probe id nor its polarity."""
+    return hmac.new(seal.encode(), key.encode(), hashlib.sha256).hexdigest()[:OPAQUE_CHARS]
+
+
+def instance_view(instance: Instance, seal: str) -> Instance:
+    """The instance as a method that is not a reference may see it (a streaming system's ``Probe``, a
+    protocol's ``history``): its question side only (:data:`SHOWN_FIELDS`), no ``correct_option``,
+    ``evidence_available`` or ``polarity``, no ``probe_id``, and for ``key`` its :func:`opaque_id` (the
+    key names the probe id, so it stays in the record only)."""
     fields = instance.candidate.fields
     candidate = replace(instance.candidate, fields={k: _shown(fields[k], keys) for k, keys in SHOWN_FIELDS.items()
                                                     if k in fields})
-    return replace(instance, candidate=candidate, correct_option=None, evidence_available=None, polarity=None)
+    return replace(instance, key=opaque_id(seal, instance.key), probe_id="", candidate=candidate,
+                   correct_option=None, evidence_available=None, polarity=None)
 
 
 def make_key(trajectory_id: str, candidate_id: str, probe_id: str) -> str:

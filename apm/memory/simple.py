@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from apm.data import clock
-from apm.data.instances import Instance, Turn
+from apm.data.instances import Instance
 from apm.data.model import Trajectory
 from apm.memory.base import History, MemoryProtocol
 from apm.prompts import turn_text
@@ -51,5 +52,5 @@ class OracleEvidence(MemoryProtocol):
             spans.append(Span(key, start, end))
         spans.sort(key=lambda s: (s.start, s.end))
         current_start = trajectory.session(instance.session).start
-        earlier = tuple(Turn(t.kind, t.time, turn_text(t, instance)) for t in instance.turns if t.time < current_start)
+        earlier = tuple(replace(t, text=turn_text(t, instance)) for t in instance.turns if t.time < current_start)
         return History(spans=tuple(spans), turns=earlier)

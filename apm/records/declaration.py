@@ -5,7 +5,7 @@ groups, tags and orders by them (docs/scores.md, "Groups and labels")."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
 Family = Literal["baseline", "general", "specialised", "reference"]
@@ -81,6 +81,11 @@ def from_record(block: Any) -> Declaration | None:
                        if isinstance(deviations, list) else ())
 
 
+NOT_SEALED = "not sealed"
+"""The tag of a method part whose code ran unsealed: a plug-in in process, or a child process without a seal
+(docs/boundary.md): nothing kept it from the release's annotations."""
+
+
 @dataclass(frozen=True)
 class MethodKind:
     """Where a method (memory × backbone) stands in the tables: its family, its tag, and whether it
@@ -95,21 +100,42 @@ class MethodKind:
 def method_kind(memory: Declaration | None, backbone: Declaration | None) -> MethodKind:
     """A baseline or reference backbone makes the method a reference, tagged as the backbone says
     (or by its family); otherwise the method is what its memory declares (a reference memory, the
-    oracle evidence, tagged likewise)."""
+    oracle evidence, tagged likewise). Either part's :data:`NOT_SEALED` mark is kept in the tag."""
     if backbone is not None and backbone.family in ("baseline", "reference"):
-        return MethodKind("reference", backbone.tag or backbone.family, backbone.ceiling)
-    if memory is None:
-        return MethodKind("", "")
-    if memory.family == "reference":
-        return MethodKind("reference", memory.tag or memory.family)
-    return MethodKind(memory.family, memory.tag)
+        kind = MethodKind("reference", backbone.tag or backbone.family, backbone.ceiling)
+    elif memory is None:
+        kind = MethodKind("", "")
+    elif memory.family == "reference":
+        kind = MethodKind("reference", memory.tag or memory.family)
+    else:
+        kind = MethodKind(memory.family, memory.tag)
+    unsealed = any(d is not None and NOT_SEALED in d.tag.split(", ") for d in (memory, backbone))
+    if unsealed and NOT_SEALED not in kind.tag.split(", "):
+        kind = replace(kind, tag=", ".join(t for t in (kind.tag, NOT_SEALED) if t))
+    return kind
+
+def _packaged(obj: object) -> bool:
+    """Whether ``obj``'s code (a class, or an object's class) is this package's own (looking through
+    wrappers' ``__wrapped__``)."""
+    while hasattr(obj, "__wrapped__"):
+        obj = obj.__wrapped__
+    return (obj if isinstance(obj, type) else type(obj)).__module__.partition(".")[0] == "apm"
+
+
+def run_declaration(obj: object) -> Declaration | None:
+    """What the run records of a part: its declaration, tagged :data:`NOT_SEALED` when its code comes from
+    outside this package and runs in process (a child process behind the boundary tags itself)."""
+    found = declared(obj)
+    if found is None or _packaged(obj):
+        return found
+    return replace(found, tag=", ".join(t for t in (found.tag, NOT_SEALED) if t))
 
 
 def run_declarations(memory: object, backbone: object, writer: object | None) -> dict[str, Any]:
-    """The run block's ``declarations`` (each part's, ``None`` when undeclared; a writer only when the
-    config names one) and ``capabilities`` (what the memory declares for Table 3)."""
+    """The run block's ``declarations`` (each part's :func:`run_declaration`, ``None`` when undeclared; a
+    writer only when the config names one) and ``capabilities`` (what the memory declares for Table 3)."""
     parts = {"memory": memory, "backbone": backbone} | ({"writer": writer} if writer is not None else {})
-    found = {part: declared(obj) for part, obj in parts.items()}
+    found = {part: run_declaration(obj) for part, obj in parts.items()}
     mine = found["memory"]
     capabilities = {name: getattr(mine, name) if mine else None for name in ("streaming", "persistent")}
     return {"declarations": {part: d.as_record() if d else None for part, d in found.items()},

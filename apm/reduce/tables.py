@@ -369,6 +369,22 @@ def error_marks(table: Table, scores: pd.DataFrame) -> pd.DataFrame:
 
 ERROR_MARK = "†"
 ERROR_NOTE = f"{ERROR_MARK}: the method had backbone errors on these instances; they count as wrong (docs/scores.md)."
+EMPTY_MARK = "‡"
+EMPTY_NOTE = (f"{EMPTY_MARK}: declared persistent, but every state it exported for a later session to read held "
+              "0 bytes, fast weights included: it exported nothing (docs/scores.md).")
+
+
+def exported_nothing(table: Table, scores: pd.DataFrame) -> pd.Series:
+    """Per table row, whether its method declares Persistent yet exported nothing: the largest state any
+    later session reads (``peak_storage_bytes_max``) held 0 bytes and it kept no fast weights (no
+    ``peak_fast_weight_bytes_max`` above 0). A row without storage rows (no session read another's
+    state) is not marked: nothing says it exported nothing."""
+    rows = table_rows(table, scores)
+    index = rows["row"].cat.categories
+    peak = pd.to_numeric(_cell(rows, "peak_storage_bytes_max", ALL, "value", None), errors="coerce").reindex(index)
+    fast = pd.to_numeric(_cell(rows, "peak_fast_weight_bytes_max", ALL, "value", None), errors="coerce")
+    persistent = _declared(rows, "persistent").reindex(index, fill_value="") == "True"
+    return persistent & peak.eq(0) & fast.reindex(index).fillna(0).eq(0)
 LATENCY_METRICS = frozenset({"ttft_s", "latency_total_s", "rtf"})
 LATENCY_NOTE = ("Latency is measured in isolated mode: one request at a time after a warm-up (apm-run "
                 "latency_mode=true, or latency.sample=N probes per task after the main run); – : the method has no "
@@ -378,11 +394,14 @@ DECLARED = {False: {"True": "✓", "False": "✗"}, True: {"True": r"\checkmark"
 """How an attribute's ``True``/``False`` is shown, in Markdown (False) and LaTeX (True)."""
 
 
-def formatted(table: Table, values: pd.DataFrame, latex: bool, marks: pd.DataFrame | None = None) -> pd.DataFrame:
+def formatted(table: Table, values: pd.DataFrame, latex: bool, marks: pd.DataFrame | None = None,
+              empty: pd.Series | None = None) -> pd.DataFrame:
     """Cells as strings: ✓/✗ for attributes, the column format, '–' (LaTeX: '--') when missing or
-    withheld, superscripts, and :data:`ERROR_MARK` on cells whose instances include errors."""
+    withheld, superscripts, :data:`ERROR_MARK` on cells whose instances include errors, and
+    :data:`EMPTY_MARK` on the Persistent ✓ of a row that exported nothing (``empty``: :func:`exported_nothing`)."""
     missing = "--" if latex else "–"
     mark = r"$^\dagger$" if latex else ERROR_MARK
+    hollow = r"$^\ddagger$" if latex else EMPTY_MARK
 
     def show(value: float, fmt: Format) -> str:
         if not np.isfinite(value):
@@ -391,8 +410,12 @@ def formatted(table: Table, values: pd.DataFrame, latex: bool, marks: pd.DataFra
         return render.latex_escape(text) if latex else text
 
     out = pd.DataFrame(index=values.index)
-    for header, _ in table.attributes:
+    for header, column in table.attributes:
         out[header] = [DECLARED[latex].get(str(v), missing) for v in values[header]]
+        if column == "persistent" and empty is not None:
+            flagged = empty.reindex(values.index, fill_value=False)
+            out[header] = [f"{v}{hollow}" if f and str(d) == "True" else v
+                           for v, f, d in zip(out[header], flagged, values[header])]
     for c in table.columns:
         cells = [show(v, c.fmt) for v in values[c.header]]
         if c.sup:
@@ -444,16 +467,20 @@ def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[
         if values.empty:
             continue
         marks = error_marks(table, scores).reindex(values.index, fill_value=False)
+        persistence = "persistent" in (c for _, c in table.attributes)
+        empty = exported_nothing(table, scores).reindex(values.index, fill_value=False) if persistence else None
         timed = any(c.metric in LATENCY_METRICS for c in table.columns)
-        notes = [ERROR_NOTE if marks.to_numpy().any() else "", coverage_note(table, scores),
-                 LATENCY_NOTE if timed else "", judge_note, judges_by_row(table, scores)]
+        notes = [ERROR_NOTE if marks.to_numpy().any() else "", EMPTY_NOTE if empty is not None and empty.any() else "",
+                 coverage_note(table, scores), LATENCY_NOTE if timed else "", judge_note, judges_by_row(table, scores)]
         caption = " ".join(filter(None, [f"{table.paper}: {table.caption}", *notes]))
         stem = out / table.name
         blocks = list(headings(table, scores).reindex(values.index)) if table.headed else None
         values.to_csv(stem.with_suffix(".csv"))
-        stem.with_suffix(".md").write_text(render.markdown(formatted(table, values, False, marks), caption, blocks))
+        stem.with_suffix(".md").write_text(
+            render.markdown(formatted(table, values, False, marks, empty), caption, blocks)
+        )
         stem.with_suffix(".tex").write_text(
-            render.latex(formatted(table, values, True, marks), caption, f"tab:{table.name}", blocks)
+            render.latex(formatted(table, values, True, marks, empty), caption, f"tab:{table.name}", blocks)
         )
         written += [stem.with_suffix(s) for s in (".md", ".csv", ".tex")]
     return written

@@ -129,15 +129,17 @@ def prepare(
     settings: GenerationSettings,
     layout: FrameLayout = FrameLayout.uniform,
     frames_per_still: float = 1.0,
+    request_id: str = "",
 ) -> Prepared:
     """The request for ``instance`` and the frames it shows, laid out by ``layout`` (a still worth
-    ``frames_per_still`` frames of the budget: the backbone's guard says)."""
+    ``frames_per_still`` frames of the budget: the backbone's guard says). ``request_id``: what the
+    backbone is told the request is called (the run's opaque id for the instance, never its key)."""
     frames, stills = choose_frames(cache, trajectory, instance, history, max_frames, layout, frames_per_still)
     messages = (
         Message.text("system", system_prompt()),
         Message("user", tuple(build_parts(trajectory, instance, history, frames, stills)), time=instance.probe_time),
     )
     request = Request(
-        messages=messages, settings=settings, request_id=instance.key, trajectory_id=instance.trajectory_id
+        messages=messages, settings=settings, request_id=request_id, trajectory_id=instance.trajectory_id
     )
     return Prepared(request, (*frames, *stills), prompt_digest(messages), instance)

@@ -47,7 +47,15 @@ from apm.runner.record import NO_MEMORY, make_record
 from apm.runner.request import prepare_instance, state_dir_of
 from apm.runner.setup import RunSetup, frame_budget
 from apm.runner.shard_lock import holding_shard
-from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, session_seed, storage_bytes
+from apm.streaming.base import (
+    Answer,
+    Probe,
+    SessionContext,
+    StreamingSystem,
+    fast_weights_apart,
+    session_seed,
+    storage_bytes,
+)
 from apm.video.cache import FrameCache
 from apm.video.decode import VideoDecodeError
 from apm.video.select import CausalityError, uniform_indices
@@ -251,7 +259,7 @@ class OnlineRun:
             "day_id": session.day_id,
             "session_id": session.session_id,
             "session_index": session.index,
-            **storage_bytes(state),
+            **storage_bytes(state, fast_weights_apart(s.protocol)),
             "prior_hours": prior_seconds / 3600,
             "update_s": update_s,
             "error": error,
@@ -441,7 +449,7 @@ class StreamReplay(SessionReplay):
         events = streaming.stream_events(session, frames, session_interactions(s.release, traj, session))
         probes = sorted(todo, key=lambda i: (i.probe_time, i.key))
         updates = streaming.UpdateClock()
-        channel = streaming.reference_channel(s.backbone, todo)
+        channel = streaming.reference_channel(s, todo)
         seed = session_seed(traj, session, s.settings.seed)
         await system.begin(SessionContext(traj, session, state_dir, channel, s.writer, seed))
         for at, event in events:
@@ -468,14 +476,14 @@ class StreamReplay(SessionReplay):
                 refusals: list[CausalityError] = []
                 compose = partial(streaming.compose_request, s, traj, inst, refusals)
                 try:
-                    probe = Probe(instance_view(inst), traj, compose)
+                    probe = Probe(instance_view(inst, s.seal), traj, compose)
                     answer = await streaming.ask(system, probe)
                     sent = answer.request.frames if answer.request is not None else ()
                     check_shown(traj, inst, History(), (*answer.frames, *sent))
                     if refusals:
                         raise refusals[0]
                 except CausalityError as e:  # refused: an error on its record, and the run exits non-zero
-                    answer = Answer(run.refuse(e))
+                    answer = Answer(run.refuse(refusals[0] if refusals else e))  # the key's words, not the id's
         wall = time.perf_counter() - began
         run.keep(streaming.streaming_record(s, inst, traj, answer, wall, updates, shown, in_flight), answer.response)
 
@@ -508,4 +516,4 @@ class StreamReplay(SessionReplay):
                 await self.stream_session(system, traj, traj.session(key), state_dir, [], NO_MEMORY)
                 await system.export(state_dir)
             held = await asyncio.to_thread(streaming.keep_visible_state, state_dir)
-        return {**storage_bytes(held), "state_sha256": manifest_sha256(held)}
+        return {**storage_bytes(held, fast_weights_apart(self.system)), "state_sha256": manifest_sha256(held)}

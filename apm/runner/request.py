@@ -15,10 +15,11 @@ from typing import Any
 from apm.backbones.base import FramePart, Request, Truncation
 from apm.backbones.guard import text_chars
 from apm.data import clock
-from apm.data.instances import Instance
+from apm.data.instances import Instance, instance_view
 from apm.data.model import Trajectory
 from apm.memory.base import MemoryProtocol
 from apm.records import prompts
+from apm.records.declaration import declared
 from apm.records.rundir import RunDir
 from apm.runner.causality import check_shown
 from apm.runner.context import Prepared, canonical, prepare
@@ -36,6 +37,19 @@ def kept_prompt(setup: RunSetup, request: Request | None) -> list[list[Any]] | N
     return None if request is None else prompts.keep(setup.run_dir, canonical(request.messages))
 
 
+def reads_annotations(protocol: object) -> bool:
+    """Whether a memory protocol is handed the annotated instance: only one declared a ``reference`` (a
+    control that is no method, as the oracle evidence is); every other gets its view."""
+    found = declared(protocol)
+    return found is not None and found.family == "reference"
+
+
+def protocol_instance(setup: RunSetup, instance: Instance) -> Instance:
+    """The instance as the run's protocol is handed it: whole for a reference, else its view
+    (``apm.data.instances.instance_view``: the question side, an opaque key, no annotations)."""
+    return instance if reads_annotations(setup.protocol) else instance_view(instance, setup.seal)
+
+
 def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance,
                      state_dir: Path) -> tuple[Prepared, Truncation | None]:
     """The instance's request with frames chosen for the context its text leaves the backbone, and
@@ -43,16 +57,17 @@ def prepare_instance(setup: RunSetup, trajectory: Trajectory, instance: Instance
     protocol's history shows what the instance may not see (``apm.runner.causality``)."""
     if not isinstance(setup.protocol, MemoryProtocol):  # it used to fail here as an AttributeError (no .history)
         raise TypeError(f"{setup.protocol.name}: a streaming system composes its own requests; none to prepare")
-    history = setup.protocol.history(instance, trajectory, state_dir)
+    history = setup.protocol.history(protocol_instance(setup, instance), trajectory, state_dir)
     check_shown(trajectory, instance, history)
     guard = setup.backbone.guard
     still = guard.frames_per_still if guard is not None else 1.0
+    request_id = setup.opaque(instance.key)
     prepared = prepare(setup.cache, trajectory, instance, history, setup.max_frames, setup.settings, setup.layout,
-                       still)
+                       still, request_id)
     fit = guard.selection_budget(prepared.request) if guard is not None else None
     if fit is None:
         return prepared, None
-    fitted = prepare(setup.cache, trajectory, instance, history, fit, setup.settings, setup.layout, still)
+    fitted = prepare(setup.cache, trajectory, instance, history, fit, setup.settings, setup.layout, still, request_id)
     if len(fitted.frames) > fit:  # the protocol picks its own frames (the most recent N): the guard cuts them
         return prepared, None
     assert guard is not None  # fit is None without a guard

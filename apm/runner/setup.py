@@ -4,11 +4,13 @@ the run's settings; everything below the replay loop (``apm.runner.online``) rea
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from apm.backbones.base import Backbone, GenerationSettings
+from apm.data.instances import opaque_id, release_seal
 from apm.data.model import Release
 from apm.memory.base import MemoryProtocol
 from apm.runner.config import FrameLayout, Rerun
@@ -54,6 +56,15 @@ class RunSetup:
     def __post_init__(self) -> None:
         if self.pristine is None and isinstance(self.protocol, StreamingSystem):
             self.pristine = copy.deepcopy(self.protocol)
+
+    @functools.cached_property
+    def seal(self) -> str:
+        """The key of the release's opaque instance ids (``apm.data.instances.release_seal``)."""
+        return release_seal(self.release)
+
+    def opaque(self, key: str) -> str:
+        """The id a method (protocol, streaming system, backbone) is given for the instance ``key``."""
+        return opaque_id(self.seal, key)
 
     def fresh_system(self) -> StreamingSystem:
         """A copy of the run's streaming system as configured, before it observed anything: what a

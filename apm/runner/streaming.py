@@ -23,7 +23,7 @@ from apm.prompts import system_prompt
 from apm.records.atomic import write_atomically
 from apm.records.declaration import declared
 from apm.records.rundir import RunDir
-from apm.runner.causality import check_shown
+from apm.runner.causality import refusal, violations
 from apm.runner.context import build_parts, prompt_digest
 from apm.runner.record import NO_MEMORY, make_record
 from apm.runner.request import kept_prompt
@@ -68,18 +68,18 @@ def stream_events(session: Session, frames: tuple[Frame, ...],
 def compose_request(setup: RunSetup, trajectory: Trajectory, instance: Instance, refusals: list[CausalityError],
                     history: History, frames: tuple[Frame, ...]) -> Request:
     """The run's request layout (``apm.runner.context``) around what a system chose to show, checked
-    (``apm.runner.causality``); a refusal is kept in ``refusals`` too, so a system that catches the
-    ``CausalityError`` still has its instance refused."""
-    try:
-        check_shown(trajectory, instance, history, frames)
-    except CausalityError as e:
-        refusals.append(e)
-        raise
+    (``apm.runner.causality``); a refusal is kept in ``refusals`` (naming the instance by its key, for the
+    record), so a system that catches the ``CausalityError`` still has its instance refused. The system is
+    told the instance by its opaque id alone, in the refusal it is raised and in the request."""
+    found = violations(trajectory, instance, history, frames)
+    if found:
+        refusals.append(refusal(found))
+        raise refusal(violations(trajectory, instance, history, frames, name=setup.opaque(instance.key)))
     messages = (
         Message.text("system", system_prompt()),
         Message("user", tuple(build_parts(trajectory, instance, history, list(frames))), time=instance.probe_time),
     )
-    return Request(messages=messages, settings=setup.settings, request_id=instance.key,
+    return Request(messages=messages, settings=setup.settings, request_id=setup.opaque(instance.key),
                    trajectory_id=instance.trajectory_id)
 
 
@@ -138,8 +138,8 @@ def keep_visible_state(state_dir: Path) -> StateManifest:
 
 class ReferenceChannel(Backbone):
     """A reference baseline as a streaming system is handed it: asked about the instance view a probe
-    carries, it answers about the full instance (only a reference reads annotations; a system never does).
-    The run starts and closes the baseline itself."""
+    carries (``instances``: keyed by the views' opaque keys), it answers about the full instance (only a
+    reference reads annotations; a system never does). The run starts and closes the baseline itself."""
 
     answers_from_annotations = True
 
@@ -154,12 +154,12 @@ class ReferenceChannel(Backbone):
         return await self.backbone.answer_instance(request, self._instances[view.key])
 
 
-def reference_channel(backbone: Backbone, instances: list[Instance]) -> Backbone:
+def reference_channel(setup: RunSetup, instances: list[Instance]) -> Backbone:
     """The run's backbone as a system gets it: a reference baseline behind a :class:`ReferenceChannel`
     for the session's instances; any other backbone as it is."""
-    if backbone.answers_from_annotations:
-        return ReferenceChannel(backbone, {i.key: i for i in instances})
-    return backbone
+    if setup.backbone.answers_from_annotations:
+        return ReferenceChannel(setup.backbone, {setup.opaque(i.key): i for i in instances})
+    return setup.backbone
 
 
 async def ask(system: StreamingSystem, probe: Probe) -> Answer:

@@ -39,7 +39,7 @@ from apm.data.ids import session_path
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, Note, StateManifest
-from apm.records.declaration import Declaration
+from apm.records.declaration import Declaration, declared
 
 T = TypeVar("T")
 
@@ -47,13 +47,23 @@ T = TypeVar("T")
 FAST_WEIGHTS = "fast_weights"
 """The state folder's sub-folder for fast weights: parameters a system adapts as it watches (parametric
 memory). They are state (in the memory line's ``state`` and digest, read by later sessions) but measured
-apart, as ``fast_weight_bytes``, never in per-video storage (``bytes``): the paper's B.4."""
+apart, as ``fast_weight_bytes``, never in per-video storage (``bytes``): the paper's B.4 — for a system
+declared ``representation="parametric"`` only (:func:`fast_weights_apart`); any other method's files
+there are per-video storage like the rest."""
 
 
-def storage_bytes(state: StateManifest) -> dict[str, int]:
-    """A state's size as its memory line reports it: ``bytes`` (per-video storage, Eq. 2: every file but
-    the fast weights) and ``fast_weight_bytes`` (the files under :data:`FAST_WEIGHTS`)."""
-    fast = sum(entry["bytes"] for path, entry in state.items() if path.startswith(f"{FAST_WEIGHTS}/"))
+def fast_weights_apart(method: object) -> bool:
+    """Whether ``method``'s files under :data:`FAST_WEIGHTS` are measured apart from per-video storage:
+    only a system whose declaration has ``representation="parametric"``."""
+    found = declared(method)
+    return found is not None and found.representation == "parametric"
+
+
+def storage_bytes(state: StateManifest, apart: bool = True) -> dict[str, int]:
+    """A state's size as its memory line reports it: ``bytes`` (per-video storage, Eq. 2: every file but,
+    with ``apart``, the fast weights) and ``fast_weight_bytes`` (with ``apart``, the files under
+    :data:`FAST_WEIGHTS`; else 0). The runner passes ``apart=fast_weights_apart(method)``."""
+    fast = sum(entry["bytes"] for path, entry in state.items() if path.startswith(f"{FAST_WEIGHTS}/")) if apart else 0
     return {"bytes": sum(entry["bytes"] for entry in state.values()) - fast, "fast_weight_bytes": fast}
 
 

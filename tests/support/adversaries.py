@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import FramePart, Message, Request, TextPart, ask
+from apm.backbones.base import FramePart, Message, Request, Response, TextPart, ask
 from apm.backbones.perceiver import PixelPerceiver
 from apm.data import clock
 from apm.data.frames import Frame
@@ -15,6 +16,7 @@ from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, Note
 from apm.prompts.render import fill, read_probe
+from apm.records.declaration import Declaration
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem
 from apm.video.select import CausalityError, Span
 from support.spies import spy_log
@@ -162,3 +164,29 @@ def _content_question(text: str) -> str:
         return text
     ea = fill("ea", fields)
     return text.removesuffix(ea) + fill("mcqa", {k: v for k, v in fields.items() if k != "OPTION E"})
+
+
+class AnswerFileReader(StreamingSystem):
+    """Finds ``candidates.jsonl`` beside the session videos and answers from it (measured on main: CS,
+    Perception, Adaptive 100 / 100 / 100, Storage 0 B/h with Persistent ✓). In process nothing stops it:
+    its rows say so ("not sealed"); behind the boundary the seal refuses the read (tests/test_boundary.py)."""
+
+    name = "Answer File Reader (adversary)"
+    declaration = Declaration("specialised", streaming=True, persistent=True)
+
+    async def begin(self, context: SessionContext) -> None:
+        release = next(p for p in context.session.video.parents if (p / "candidates.jsonl").exists())
+        self.answers = {}
+        for line in (release / "candidates.jsonl").read_text().splitlines():
+            c = json.loads(line)
+            self.answers[c["candidate_id"]] = c.get("correct_option_id")
+
+    async def observe_frame(self, frame: Frame) -> None:
+        pass
+
+    async def answer(self, probe: Probe) -> Answer:
+        option = self.answers.get(probe.instance.candidate_id)
+        return Answer(Response(text=json.dumps({"answer": option}) if option else "", ttft_s=0.0))
+
+    async def export(self, state_dir: Path) -> dict[str, Any]:
+        return {}

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, open_dict
 
 from apm.configs import CONF_DIR
 from apm.data.frames import Frame
-from apm.data.instances import release_instances
+from apm.data.instances import opaque_id, release_instances, release_seal
 from apm.data.release import load_release
 from apm.memory.base import state_bytes
 from apm.runner.app import run_async, run_dir_of
@@ -92,6 +92,14 @@ def first_trajectory(release: Path, out: Path) -> Path:
         (out / name).write_text("".join(x + "\n" for x in lines if json.loads(x)["trajectory_id"] == keep))
     shutil.copytree(release / "videos" / keep, out / "videos" / keep)
     return out
+
+
+def unsealed(root: Path) -> dict[str, str]:
+    """Each instance of the release at ``root`` by the opaque id a method is told it is called
+    (``apm.data.instances.opaque_id``): opaque id -> key."""
+    release = load_release(root, check_videos=False)
+    seal = release_seal(release)
+    return {opaque_id(seal, i.key): i.key for i in release_instances(release)}
 
 
 def pixel_second(frame: Frame) -> int | None:

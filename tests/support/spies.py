@@ -55,7 +55,7 @@ class ShownFrames(Oracle):
         super().__init__(name=name, max_frames=max_frames)
 
     async def answer_instance(self, request, instance):
-        ShownFrames.seen[request.request_id] = SeenRequest(**vars(request), instance=instance)
+        ShownFrames.seen[instance.key] = SeenRequest(**vars(request), instance=instance)  # the id names no key
         return await super().answer_instance(request, instance)
 
     async def generate(self, request):
@@ -75,9 +75,9 @@ def take(log: dict[Any, Any]) -> dict[Any, Any]:
 class PixelSpy(StreamingSystem):
     """Keeps the wall-clock second each observed frame shows on its pixels, and what the user said.
 
-    ``ANSWERED`` maps each instance key to what the spy had observed when asked it; its answer names a
-    digest of its whole state (earlier sessions' exports and this session so far), so two runs give
-    the same outputs only if every probe saw the same state.
+    ``ANSWERED`` maps each instance's opaque id (``support.runner.unsealed`` names its key) to what the spy
+    had observed when asked it; its answer names a digest of its whole state (earlier sessions' exports
+    and this session so far), so two runs give the same outputs only if every probe saw the same state.
     """
 
     name = "Pixel Spy (test)"
