@@ -11,9 +11,10 @@ session's, the last ``window_s`` of them (``time_window_size``; None: all, the s
 sampled to at most ``max_frames`` as FluxMem's video reader samples a file (``smart_nframes``).
 State: each finished session's frames (JPEG), what a later prefix is read from.
 
-Deviations: ``prefix_recompute`` (the memory is rebuilt per question; latency covers it: declared
-``streaming: false``), ``no_restorable_export`` (the pruned tokens live only inside one prefill: what is
-exported is the frames, and each memory line reports the tokens the last prefill kept).
+Deviation: ``prefix_recompute`` (the memory is rebuilt per question; latency covers it: declared
+``streaming: false``). FluxMem exports nothing (its pruned tokens live only inside one prefill); the
+frames exported here rebuild exactly what the adapter holds, so a resume needs no replay. Each memory
+line reports the tokens the last prefill kept.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class FluxMem(System):
     name = "FluxMem (official, child process)"
     declaration = {"family": "specialised", "streaming": False, "persistent": True,
                    "representation": "visual_features"}
-    deviations = ("prefix_recompute", "no_restorable_export")
+    deviations = ("prefix_recompute",)
 
     def __init__(self, upstream: str, model: str, commit: str = COMMIT, window_s: float = None,
                  max_frames: int = 256, max_pixels: int = 401408, short_frames: int = 8, medium_frames: int = 64,

@@ -7,9 +7,9 @@ stream so far (the visible earlier sessions' frames, then the current session's)
 video in the child's scratch folder, which VST's own reader (decord) samples. Run by
 ``python -m apm_child adapters/vst.py:VST`` in a transformers 4.50 side env.
 
-State: each finished session's frames (JPEG). Deviations: ``prefix_recompute`` (thoughts are rewritten
-for every question; declared ``streaming: false``), ``no_restorable_export`` (the thoughts are never
-kept: what is exported is the frames). VST answers a failed preprocessing with ``random.sample``: seeded
+State: each finished session's frames (JPEG), which rebuild what the adapter holds. Deviation:
+``prefix_recompute`` (the thoughts are rewritten for every question and never kept; declared
+``streaming: false``). VST answers a failed preprocessing with ``random.sample``: seeded
 here with the session seed.
 """
 
@@ -35,7 +35,7 @@ class VST(System):
     name = "VST (official, child process)"
     declaration = {"family": "specialised", "streaming": False, "persistent": True,
                    "representation": "reasoning_thoughts"}
-    deviations = ("prefix_recompute", "no_restorable_export")
+    deviations = ("prefix_recompute",)
 
     def __init__(self, upstream: str, model: str, commit: str = COMMIT, stream_think_times: str = "2-3-5-5",
                  max_stream_vid_tokens: int = 8192, max_num_frames: int = 384, min_pixels: int = 256 * 28 * 28,
