@@ -6,7 +6,7 @@ loaded by file path so that ``apm`` itself is not imported); the configs are wri
 config layout (``rope_scaling`` with ``mrope_section``), which ``apm.testing.tiny_models`` (5.x) does not
 write. Same seed, same files.
 
-    python adapters/tiny.py OUT_DIR --arch qwen25vl|qwen3vl|qwen3embed
+    python adapters/tiny.py OUT_DIR --arch qwen25vl|qwen3vl|qwen3embed|qwen2vl
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ARCHS = ("qwen25vl", "qwen3vl", "qwen3embed")
+ARCHS = ("qwen25vl", "qwen3vl", "qwen3embed", "qwen2vl")
 
 
 def _tiny_models():
@@ -69,6 +69,15 @@ def build(out_dir: str | Path, arch: str, seed: int = 0) -> Path:
             video_processor=tf.Qwen3VLVideoProcessor(size={"shortest_edge": tm.MIN_PIXELS,
                                                            "longest_edge": 64 * 64 * 1024}, do_sample_frames=False),
             tokenizer=tok, chat_template=tm.CHAT_TEMPLATE)
+    elif arch == "qwen2vl":  # transformers 4.45 (Flash-VStream-Qwen): a flat config, ViT embed 32, patch 14
+        text = _text(tok, ids)
+        text["rope_scaling"] = dict(type="mrope", mrope_section=[4, 6, 6])
+        config = tf.Qwen2VLConfig(**text, **vision_ids, vision_token_id=ids["<|vision_pad|>"], vision_config=dict(
+            depth=2, embed_dim=32, hidden_size=64, mlp_ratio=2, num_heads=2, in_chans=3, patch_size=14,
+            spatial_merge_size=2, temporal_patch_size=2))
+        model = tf.Qwen2VLForConditionalGeneration(config)
+        processor = tf.Qwen2VLProcessor(image_processor=tf.Qwen2VLImageProcessor(**pixels), tokenizer=tok,
+                                        chat_template=tm.CHAT_TEMPLATE)
     elif arch == "qwen3embed":  # a sentence-transformers Qwen3 text embedder (OASIS's Qwen3-Embedding's shape)
         from sentence_transformers import SentenceTransformer, models
 
