@@ -33,6 +33,19 @@ EXTERNAL = {
     "init_cache": "an official streaming implementation's entry point (docs/streaming-systems.md)",
     "encode_video_chunk": "an official streaming implementation's entry point (docs/streaming-systems.md)",
     "limit_denominator": "fractions.Fraction",
+    # the official implementations of the paper's eight systems (docs/streaming-systems.md, "The paper's
+    # eight systems"): names read in their repositories, at the commits that table names
+    "Abstract_Hermes": "HERMES: the base class its inference file imports and does not ship",
+    "ContextManager": "ReKV: its offloaded KV cache (model/attention/kv_cache_manager.py)",
+    "FlashVStreamQwen2VLModel": "Flash-VStream-Qwen: its real-time model",
+    "FluxMem": "FluxMem: its memory (models/qwen2-5-vl/src/qwen2_5_vl_fluxmem/fluxmem.py)",
+    "ToMe_FSTW_PEMF": "StreamForest: its memory projector",
+    "MemoryManager": "StreamForest: its event-forest memory, built per forward",
+    "OasisModel": "OASIS: its stream/query model (src/oasis/model.py)",
+    "FramePacket": "OASIS: one frame of its stream",
+    "EventForest": "OASIS: its event memory",
+    "ShortMemory": "OASIS: its recent-frame buffers",
+    "Qwen2_5_VL_Stream_Think": "VST: its lmms-eval model (the stream-think loop)",
 }
 """Names from other projects that the docs mention, with where they are from."""
 FORMULAS = ("math", "hashlib")
