@@ -60,11 +60,15 @@ def _class(config: dict[str, Any], where: str) -> type:
 
 
 def _model_folder(backbone: dict[str, Any] | None) -> list[str]:
-    """The folder of a local transformers backbone's model, which the child loads its own copy from."""
-    if not backbone or not issubclass(_class(backbone, "memory.backbone"), HFBackbone):
+    """The folder of a local transformers backbone's model, which the child loads its own copy from (made
+    absolute in ``backbone``: the child runs in a scratch folder of its own)."""
+    if not backbone or not issubclass(_class(backbone, "memory.run_backbone"), HFBackbone):
         return []
     model = Path(str(backbone.get("model", "")))
-    return [str(model.resolve())] if model.is_dir() else []
+    if not model.is_dir():
+        return []
+    backbone["model"] = str(model.resolve())
+    return [backbone["model"]]
 
 
 class HostedSystem(ChildSystem):
@@ -90,10 +94,11 @@ class HostedSystem(ChildSystem):
         own = str(system.get("name") or cls.name)
         self.package = Path(apm.__file__ or "apm").parent
         """This ``apm``, linked into the child's ``PYTHONPATH``: the child runs the harness's own code."""
+        model = _model_folder(backbone)
         super().__init__([python or sys.executable, "-m", "apm_child", CHILD], facts,
                          name=name or f"{own} (child process)", options={"system": system, "backbone": backbone},
-                         read=[str(self.package.resolve()), *_model_folder(backbone), *read], env=env, seal=seal,
-                         network=network, deviations=deviations)
+                         read=[str(self.package.resolve()), *model, *read], env=env, seal=seal, network=network,
+                         deviations=deviations)
 
     def _populate(self, lib: Path) -> None:
         (lib / "apm").symlink_to(self.package.resolve(), target_is_directory=True)
