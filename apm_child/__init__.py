@@ -11,6 +11,7 @@ package on the child's ``PYTHONPATH`` itself.
 from apm_child.system import (
     PROTOCOL,
     Answer,
+    Composed,
     Frame,
     Harness,
     Probe,
@@ -20,4 +21,4 @@ from apm_child.system import (
     Turn,
 )
 
-__all__ = ["PROTOCOL", "Answer", "Frame", "Harness", "Probe", "Reply", "Session", "System", "Turn"]
+__all__ = ["PROTOCOL", "Answer", "Composed", "Frame", "Harness", "Probe", "Reply", "Session", "System", "Turn"]

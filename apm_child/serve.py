@@ -65,8 +65,8 @@ class Child:
 
     def call(self, message: Dict[str, Any]) -> Dict[str, Any]:
         """Send a call to the harness and wait for its reply (``{"reply": …}``)."""
-        if message["call"] == "ask" and not self.in_probe:
-            raise RuntimeError("harness.ask is for answering a probe: call it from System.answer")
+        if message["call"] in ("ask", "compose") and not self.in_probe:
+            raise RuntimeError("harness.%s is for answering a probe: call it from System.answer" % message["call"])
         self.wire.send(message)
         answer = self.wire.receive()
         if answer is None:

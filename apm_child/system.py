@@ -127,10 +127,25 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class Composed:
+    """The request the harness composed around what a probe shows (:meth:`Harness.compose`): the run's one
+    request layout as chat ``messages`` (each ``{"role", "time", "parts"}``, a part ``{"text": str}`` or
+    ``{"frame": Frame, "still": bool}``, the frames those you gave, in the layout's places) and the run's
+    generation ``settings``; ``id`` is which of the probe's ``compose`` calls it is. For a system that
+    answers with a model of its own from the run's text: an :class:`Answer` that names it (``request=``)
+    puts its prompt digest and frames on the record."""
+
+    id: int
+    messages: Tuple[Dict[str, Any], ...]
+    settings: Dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Answer:
     """A probe's answer. Either ``reply``: one of this probe's ``harness.ask`` replies (the record then
     carries the request it answered), or the system's own: ``text`` with its timing, and the frames it
-    drew on (a cache of its own in place of a request)."""
+    drew on (a cache of its own in place of a request). ``frames`` beside a ``reply`` are recorded as
+    what the answer drew on, in place of the request's, as in process."""
 
     text: str = ""
     ttft_s: Optional[float] = None
@@ -140,14 +155,18 @@ class Answer:
     error: Optional[str] = None
     frames: Tuple[Frame, ...] = ()
     reply: Optional[Reply] = None
+    request: Optional[Composed] = None
+    """With an answer of your own: the :meth:`Harness.compose` request it was generated from (the record
+    then carries that request's prompt digest and frames, as for ``reply``; nothing is sent)."""
 
     def to_wire(self) -> Dict[str, Any]:
+        frames = [{"session": f.session, "offset": f.offset, "wall_clock": f.wall_clock} for f in self.frames]
         if self.reply is not None:
-            return {"reply": self.reply.id}
+            return {"reply": self.reply.id, **({"frames": frames} if frames else {})}
+        composed = {} if self.request is None else {"request": self.request.id}
         return {"text": self.text, "ttft_s": self.ttft_s, "total_s": self.total_s,
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "error": self.error,
-                "frames": [{"session": f.session, "offset": f.offset, "wall_clock": f.wall_clock} for f in self.frames]}
+                "error": self.error, **composed, "frames": frames}
 
 
 class Harness:
@@ -180,6 +199,22 @@ class Harness:
             "call": "ask", "frames": [self._wire(f) for f in frames],
             "notes": [{"session": s, "text": t, "formed_at": at} for s, t, at in notes],
             "turns": [t.to_wire() for t in turns]}))
+
+    def compose(self, frames: Sequence[Frame] = (), notes: Sequence[Tuple[str, str, int]] = (),
+                turns: Sequence[Turn] = ()) -> Composed:
+        """The request :meth:`ask` would send for these ``frames``, ``notes`` and ``turns``, composed and
+        checked by the harness but not sent: for a system that answers with a model of its own from the
+        run's text (then ``Answer(text=…, request=composed)``). Frames travel without their bytes (the
+        harness needs only where and when each was recorded). Only during :meth:`System.answer`."""
+        reply = self._call({
+            "call": "compose", "frames": [f.to_wire(by_reference=True) for f in frames],
+            "notes": [{"session": s, "text": t, "formed_at": at} for s, t, at in notes],
+            "turns": [t.to_wire() for t in turns]})
+        messages = tuple({"role": m["role"], "time": m.get("time"),
+                          "parts": [{"text": p["text"]} if "text" in p
+                                    else {"frame": frames[int(p["frame"])], "still": bool(p.get("still"))}
+                                    for p in m["parts"]]} for m in reply["messages"])
+        return Composed(int(reply["id"]), messages, dict(reply["settings"]))
 
     def generate(self, parts: Sequence[Any], system: str = "", max_tokens: Optional[int] = None,
                  engine: str = "writer") -> Reply:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -80,6 +81,17 @@ def _reply(response: Response, number: int) -> dict[str, Any]:
             "error": response.error}
 
 
+def _composed_wire(request: Request, frames: list[Frame], number: int) -> dict[str, Any]:
+    """A composed request as the child gets it: its messages (a frame as its index among ``frames``, the
+    ones the child showed) and its settings; never the request's id or trajectory."""
+    index = {(f.session, f.offset): i for i, f in reversed(list(enumerate(frames)))}
+    messages = [{"role": m.role, "time": m.time,
+                 "parts": [{"text": p.text} if isinstance(p, TextPart)
+                           else {"frame": index[(p.frame.session, p.frame.offset)], "still": p.still}
+                           for p in m.parts]} for m in request.messages]
+    return {"id": number, "messages": messages, "settings": dataclasses.asdict(request.settings)}
+
+
 class ChildSystem(StreamingSystem):
     """A system served by ``command`` (e.g. ``[/envs/tf4/bin/python, -m, apm_child, my.py:MySystem]``),
     declared here as it declares itself (refused when the two differ)."""
@@ -118,13 +130,15 @@ class ChildSystem(StreamingSystem):
         self._context: SessionContext | None = None
         self._probe: Probe | None = None
         self._asked: list[tuple[Request, Response]] = []
+        self._composed: list[Request] = []
+        """The probe's ``compose`` requests (composed and checked, never sent): what an own answer may name."""
         self.identity: dict[str, Any] = {}
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ChildSystem:
         """A copy as configured: no process, nothing observed (each copy starts a child of its own)."""
         if self._process is not None:
             raise TypeError(f"{self.name}: a started child system cannot be copied")
-        copy = object.__new__(ChildSystem)
+        copy = object.__new__(type(self))
         copy.__dict__.update(self.__dict__)
         copy._unstarted()
         return copy
@@ -135,6 +149,7 @@ class ChildSystem(StreamingSystem):
         lib = self._scratch / "lib"
         shutil.copytree(Path(sandbox.child_package()), lib / "apm_child",
                         ignore=shutil.ignore_patterns("__pycache__"))
+        self._populate(lib)
         (self._scratch / "tmp").mkdir()
         env = sandbox.child_environment(self._scratch, lib, self.env)
         argv = self.command
@@ -147,6 +162,10 @@ class ChildSystem(StreamingSystem):
             limit=LINE_LIMIT)
         hello = await self._op({"op": "hello", "protocol": PROTOCOL, "options": self.options})
         self._check_hello(hello)
+
+    def _populate(self, lib: Path) -> None:
+        """Put what the child imports beside ``apm_child`` in ``lib`` (first on its ``PYTHONPATH``): nothing
+        here (``apm.boundary.host.HostedSystem`` links ``apm``)."""
 
     def _check_hello(self, hello: Any) -> None:
         """Refuse a child whose protocol or declaration is not the config's."""
@@ -196,6 +215,8 @@ class ChildSystem(StreamingSystem):
                 return {"reply": await self._ask(call)}
             if call["call"] == "generate":
                 return {"reply": await self._generate(call)}
+            if call["call"] == "compose":
+                return {"reply": self._compose(call)}
             return {"error": f"unknown call {call['call']!r}"}
         except CausalityError as e:  # kept by the probe's refusals too: the instance is refused whatever the child does
             return {"error": f"causality: {e}"}
@@ -213,6 +234,20 @@ class ChildSystem(StreamingSystem):
         response = await ask(context.backbone, request, probe.instance)
         self._asked.append((request, response))
         return _reply(response, len(self._asked) - 1)
+
+    def _compose(self, call: dict[str, Any]) -> dict[str, Any]:
+        """The probe's request around what the child shows, composed and checked as for ``ask`` but not sent
+        (an own answer names it): its messages, each frame as the index of the call's frame, and settings.
+        Frames come without bytes: composing, checking and the prompt digest read only where and when."""
+        probe = self._probe
+        if probe is None:
+            return {"error": "compose is for answering a probe"}
+        frames = [_frame(f) for f in call.get("frames", [])]
+        notes = [Note(probe.trajectory.session(n["session"]), str(n["text"]), int(n["formed_at"]))
+                 for n in call.get("notes", [])]
+        request = probe.request(frames=frames, notes=notes, turns=[_turn(t) for t in call.get("turns", [])])
+        self._composed.append(request)
+        return _composed_wire(request, frames, len(self._composed) - 1)
 
     def _shown(self, data: dict[str, Any]) -> Frame:
         """A frame a request shows: its bytes as sent (held for the session), or (a reference: no ``jpeg``)
@@ -277,7 +312,7 @@ class ChildSystem(StreamingSystem):
         if self._failed:
             raise ChildError(self._failed)
         inst = probe.instance
-        self._probe, self._asked = probe, []
+        self._probe, self._asked, self._composed = probe, [], []
         wire = {"id": hashlib.sha256(f"{self._salt}/{inst.key}".encode()).hexdigest()[:16],
                 "candidate": inst.candidate_id, "task": inst.task, "family": inst.family, "session": inst.session,
                 "probe_time": inst.probe_time, "window_start": inst.window_start,
@@ -296,11 +331,21 @@ class ChildSystem(StreamingSystem):
                 raise ChildError(f"{self.name}: the answer names ask reply {number!r}; "
                                  f"this probe made {len(self._asked)}")
             request, response = self._asked[number]
-            return Answer(response, request)
+            return Answer(response, request, tuple(_frame(f) for f in result.get("frames", [])))
         response = Response(text=str(result.get("text") or ""), ttft_s=result.get("ttft_s"),
                             total_s=float(result.get("total_s") or 0.0), prompt_tokens=result.get("prompt_tokens"),
                             completion_tokens=result.get("completion_tokens"), error=result.get("error"))
-        return Answer(response, frames=tuple(_frame(f) for f in result.get("frames", [])))
+        return Answer(response, self._composed_named(result), tuple(_frame(f) for f in result.get("frames", [])))
+
+    def _composed_named(self, result: dict[str, Any]) -> Request | None:
+        """The ``compose`` request an own answer names (``request``: its number), if it names one."""
+        if "request" not in result:
+            return None
+        number = result["request"]
+        if not isinstance(number, int) or not 0 <= number < len(self._composed):
+            raise ChildError(f"{self.name}: the answer names composed request {number!r}; "
+                             f"this probe composed {len(self._composed)}")
+        return self._composed[number]
 
     async def export(self, state_dir: Path) -> dict[str, Any]:
         facts = await self._guarded({"op": "export", "state_dir": os.path.abspath(state_dir)})
