@@ -14,8 +14,12 @@ from support.spies import SPY_LOGS, PixelSpy
 TESTS = Path(__file__).parent
 
 
+CHILD_ONLY = {"vllm_offline_worker", "child_systems", "tf4_system"}
+"""Modules that run only in child processes (their class attributes live and die with each child)."""
+
+
 def _support_modules() -> list[str]:
-    return [f"support.{m.name}" for m in pkgutil.iter_modules(support.__path__) if m.name != "vllm_offline_worker"]
+    return [f"support.{m.name}" for m in pkgutil.iter_modules(support.__path__) if m.name not in CHILD_ONLY]
 
 
 def _class_logs() -> dict[str, object]:

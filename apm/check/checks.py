@@ -232,7 +232,8 @@ def state_bytes(state_root: Path, lines: list[dict[str, Any]], events: list[Even
             problems.append(f"{tid}: the state folder holds {sum(held.values())} bytes on disk, its last memory "
                             f"line measured {sum(measured.values())} (not as measured: {', '.join(extra[:3]) or '-'})")
         said = {"bytes": last["bytes"], "fast_weight_bytes": last.get("fast_weight_bytes", 0)}
-        summed = storage_bytes(last.get("state", {}))
+        memory = ((last.get("run") or {}).get("declarations") or {}).get("memory") or {}
+        summed = storage_bytes(last.get("state", {}), apart=memory.get("representation") == "parametric")
         if said != summed:
             problems.append(f"{tid}: the last memory line says {said['bytes']} bytes and {said['fast_weight_bytes']} "
                             f"of fast weights, its files sum to {summed['bytes']} and {summed['fast_weight_bytes']} "
