@@ -171,8 +171,12 @@ def _held(root: Path, files: dict[str, bytes]) -> dict[str, dict[str, int]]:
 
 def test_the_state_bytes_check_counts_fast_weights_apart_as_b4_does(tmp_path):
     state = _held(tmp_path, {"notes.json": b"x" * 10, "fast_weights/lora.safetensors": b"w" * 100})
-    line = {"trajectory_id": "syn", "session_index": 0, "state": state, "bytes": 10, "fast_weight_bytes": 100}
+    parametric = {"declarations": {"memory": {"family": "specialised", "representation": "parametric"}}}
+    line = {"run": parametric, "trajectory_id": "syn", "session_index": 0, "state": state, "bytes": 10,
+            "fast_weight_bytes": 100}
     assert checks.state_bytes(tmp_path, [line], []) == []
+    other = {**line, "run": {"declarations": {"memory": {"family": "specialised", "representation": ""}}}}
+    assert checks.state_bytes(tmp_path, [{**other, "bytes": 110, "fast_weight_bytes": 0}], []) == []  # not apart
     added = {**line, "bytes": 110}  # the fast weights counted in per-video storage too: B.4 keeps them apart
     assert checks.state_bytes(tmp_path, [added], []) == [
         "syn: the last memory line says 110 bytes and 100 of fast weights, its files sum to 10 and 100 under "
