@@ -106,8 +106,8 @@ class Probe:
 
 
 @dataclass(frozen=True)
-class Reply:
-    """What the run's backbone answered: text, timing and token counts, or ``error``."""
+class Generated:
+    """Generated text with its timing (``ttft_s`` from the start of generation) and token counts, or ``error``."""
 
     text: str = ""
     ttft_s: Optional[float] = None
@@ -115,6 +115,12 @@ class Reply:
     prompt_tokens: Optional[int] = None
     completion_tokens: Optional[int] = None
     error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Reply(Generated):
+    """What the run's backbone answered."""
+
     id: int = -1
     """Which of the probe's ``ask`` calls this is (an :class:`Answer` may name it); -1 for ``generate``."""
 
@@ -141,18 +147,12 @@ class Composed:
 
 
 @dataclass(frozen=True)
-class Answer:
+class Answer(Generated):
     """A probe's answer. Either ``reply``: one of this probe's ``harness.ask`` replies (the record then
     carries the request it answered), or the system's own: ``text`` with its timing, and the frames it
     drew on (a cache of its own in place of a request). ``frames`` beside a ``reply`` are recorded as
     what the answer drew on, in place of the request's, as in process."""
 
-    text: str = ""
-    ttft_s: Optional[float] = None
-    total_s: float = 0.0
-    prompt_tokens: Optional[int] = None
-    completion_tokens: Optional[int] = None
-    error: Optional[str] = None
     frames: Tuple[Frame, ...] = ()
     reply: Optional[Reply] = None
     request: Optional[Composed] = None
