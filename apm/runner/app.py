@@ -440,7 +440,7 @@ async def judge_inline(cfg: DictConfig, setup: RunSetup, keys: set[str]) -> None
     """``judge=<config>`` on ``apm-run``: the judge stage on this shard's instances once the run ends."""
     judge = _instantiate(cfg.judge)
     stage = JudgeStage(judge, concurrency=cfg.concurrency, only_keys=keys, file_suffix=f"-{setup.shard_label}",
-                       fail_fast=cfg.fail_fast, preflight=cfg.preflight)
+                       fail_fast=cfg.fail_fast, preflight=cfg.preflight, progress=cfg.logging.progress)
     async with _started(judge):
         stats = await stage.run([setup.run_dir])
     print(f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed, {stats.cached} already judged")
