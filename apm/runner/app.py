@@ -394,7 +394,7 @@ async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tupl
     job_manifest = RunDir(setup.run_dir).manifest(setup.shard_label)
     started = manifest.job_started(job_manifest, job_identity(cfg, setup, plan))
     ledger.job_started(setup.run_dir, setup.shard_label, plan.trajectories, plan.instances,
-                       selected=len(plan.run_instances), population=plan.population)
+                       selected=len(plan.run_instances), population=plan.population, overrides=job_overrides())
     sink = _wandb_sink(cfg, setup)
     tally = _Tally(sink)
     progress = job_progress(len(plan.run_instances), f"{setup.run_info['memory']} · {setup.run_info['backbone']}",
@@ -440,6 +440,15 @@ class _Tally:
             self.first_error = self.first_error or record["error"]
         if self.sink is not None:
             self.sink(record)
+
+
+def job_overrides() -> list[str] | None:
+    """The overrides this job was started with (the user's ``hydra…`` ones, then the task's), which
+    ``apm-submit`` takes to run it again; None outside a Hydra app."""
+    if not HydraConfig.initialized():
+        return None
+    given = HydraConfig.get().overrides
+    return redact_data([o for o in given.hydra if not o.startswith("hydra.mode=")] + list(given.task))
 
 
 def job_identity(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, cast
@@ -112,9 +111,10 @@ def pending(jobs: list[ShardJob]) -> tuple[list[ShardJob], list[tuple[ShardJob, 
     ids = [last_job_id(ledger.read_events(j.run_dir, j.shard)) or "" for j in jobs]
     states = scheduler.states(ids)
     todo, skipped = [], []
-    counts: dict[Path, tuple[dict[str, bool], Counter]] = {}
+    counts: dict[Path, tuple[dict[str, bool], set[str]]] = {}
     for job in jobs:
-        counts.setdefault(job.run_dir, record_counts(job.run_dir))
+        if job.run_dir not in counts:
+            counts[job.run_dir] = record_counts(job.run_dir)
         status = shard_status(job.run_dir, job.run_dir, job.shard, *counts[job.run_dir], states, 0.0)
         if status.active or (status.complete and not job.reruns):
             skipped.append((job, status.state))
