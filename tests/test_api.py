@@ -29,8 +29,14 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _common(release: Path, root: Path) -> list[str]:
-    return [f"dataset.root={release}", f"output_root={root / 'runs'}", f"frames.cache_dir={root / 'cache'}",
-            "backbone=random", "logging.wandb.mode=disabled", "logging.progress=false"]
+    return [
+        f"dataset.root={release}",
+        f"output_root={root / 'runs'}",
+        f"frames.cache_dir={root / 'cache'}",
+        "backbone=random",
+        "logging.wandb.mode=disabled",
+        "logging.progress=false",
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -46,8 +52,9 @@ def by_cli(release: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cli")
     console("apm-run", "-m", *_common(release, root), f"memory={','.join(MEMORIES)}", env=_env())
     console("apm-judge", str(root / "runs"), "judge=gate_only", env=_env())
-    console("apm-reduce", str(root / "runs"), "--out", str(root / "report"), "--bootstrap", "20", "--no-figures",
-            env=_env())
+    console(
+        "apm-reduce", str(root / "runs"), "--out", str(root / "report"), "--bootstrap", "20", "--no-figures", env=_env()
+    )
     return root
 
 
@@ -78,13 +85,16 @@ def test_one_config_run_by_apm_run_and_by_the_api_is_one_method(by_cli: Path, by
         assert result.config_hash == mine["config_hash"] == theirs["config_hash"]
         assert mine["choices"] == theirs["choices"] and mine["choices"]["memory"] in MEMORIES
         assert mine["overrides"] == theirs["overrides"] == {}
-    methods = {(r.memory_config, r.method_family) for r in
-               pd.read_csv(api_root / "report" / "scores.csv").drop_duplicates("config_hash").itertuples()}
+    methods = {
+        (r.memory_config, r.method_family)
+        for r in pd.read_csv(api_root / "report" / "scores.csv").drop_duplicates("config_hash").itertuples()
+    }
     assert methods == {("none", "reference"), ("raw_video", "reference")}
 
 
 def test_a_sweep_through_the_api_reduces_to_the_scores_csv_of_the_console_scripts(
-        by_cli: Path, by_api: tuple[Path, list]) -> None:
+    by_cli: Path, by_api: tuple[Path, list]
+) -> None:
     api_root, runs = by_api
     assert [r.new for r in runs] == [r.instances for r in runs] and not any(r.errors for r in runs)
     assert (api_root / "report" / "scores.csv").read_bytes() == (by_cli / "report" / "scores.csv").read_bytes()
@@ -109,11 +119,19 @@ def test_a_config_typo_raises_before_anything_is_written(release: Path, tmp_path
 
 
 def test_import_apm_loads_no_framework_and_resolves_the_api_on_use() -> None:
-    probe = ("import sys, apm; heavy = sorted({m.split('.')[0] for m in sys.modules} & {'hydra', 'omegaconf', "
-             "'pandas', 'numpy', 'torch', 'matplotlib'}); api = [m for m in sys.modules if m.startswith('apm.')]; "
-             "print(json.dumps([heavy, api, apm.RunResult.__module__, 'run' in dir(apm)]))")
-    said = subprocess.run([sys.executable, "-c", f"import json; {probe}"], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO).stdout
+    probe = (
+        "import sys, apm; heavy = sorted({m.split('.')[0] for m in sys.modules} & {'hydra', 'omegaconf', "
+        "'pandas', 'numpy', 'torch', 'matplotlib'}); api = [m for m in sys.modules if m.startswith('apm.')]; "
+        "print(json.dumps([heavy, api, apm.RunResult.__module__, 'run' in dir(apm)]))"
+    )
+    said = subprocess.run(
+        [sys.executable, "-c", f"import json; {probe}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+    ).stdout
     assert json.loads(said) == [[], [], "apm.api.run", True]
     with pytest.raises(AttributeError, match="no attribute 'runn'"):
         apm.runn  # noqa: B018 — the attribute access is the test
