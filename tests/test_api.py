@@ -10,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jupytext
+import nbformat
 import pandas as pd
 import pytest
+from nbclient import NotebookClient
 from support import REPO
 from support.runner import console, records
 
@@ -135,3 +138,29 @@ def test_import_apm_loads_no_framework_and_resolves_the_api_on_use() -> None:
     assert json.loads(said) == [[], [], "apm.api.run", True]
     with pytest.raises(AttributeError, match="no attribute 'runn'"):
         apm.runn  # noqa: B018 — the attribute access is the test
+
+
+NOTEBOOK = REPO / "notebooks" / "api"
+
+
+def test_the_api_notebook_pair_is_in_sync() -> None:
+    py = jupytext.read(NOTEBOOK.with_suffix(".py"))
+    ipynb = nbformat.read(NOTEBOOK.with_suffix(".ipynb"), as_version=4)
+    assert [c.source for c in py.cells] == [c.source for c in ipynb.cells]
+
+
+@pytest.mark.slow
+def test_the_api_notebook_runs_judges_and_reduces_a_sweep(
+    release: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("APM_API_OUT", str(tmp_path / "out"))
+    monkeypatch.setenv("APM_RELEASE", str(release))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the kernel imports this checkout
+    nb = nbformat.read(NOTEBOOK.with_suffix(".ipynb"), as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(str(o.get("data", {}).get("text/markdown", "")) + o.get("text", "") for o in outputs)
+    assert "Raw Video as Memory · Perceiver" in text and "SimpleStream · Perceiver" in text  # Table 3's rows
+    scores = pd.read_csv(tmp_path / "out" / "report" / "scores.csv")
+    assert set(scores["memory_config"]) == {"none", "raw_video"}
