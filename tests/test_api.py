@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from nbclient import NotebookClient
 from support import REPO
-from support.runner import console, records
+from support.runner import console, first_trajectory, records
 
 import apm
 from apm.api.reduce import Unjudged
@@ -164,3 +164,28 @@ def test_the_api_notebook_runs_judges_and_reduces_a_sweep(
     assert "Raw Video as Memory · Perceiver" in text and "SimpleStream · Perceiver" in text  # Table 3's rows
     scores = pd.read_csv(tmp_path / "out" / "report" / "scores.csv")
     assert set(scores["memory_config"]) == {"none", "raw_video"}
+
+
+@pytest.mark.slow
+def test_a_general_method_run_through_the_api_fills_its_column_of_table_12(
+    release: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue 35.2: Tables 9 and 12 pick a column by the memory option a method's config chose; run in process,
+    that choice was unknown, so a general model under raw video filled no column."""
+    one = first_trajectory(release, tmp_path / "one")
+    run = apm.run(
+        [
+            *_common(one, tmp_path),
+            "memory=raw_video",
+            "backbone=tiny_qwen2vl_hf",
+            f"backbone.model={tiny_model}",
+            "generation.max_tokens=8",
+            "dataset.include_ea=false",
+            "dataset.limit=12",
+        ],
+        strict=False,
+    )
+    apm.judge_runs([run.run_dir], "gate_only")
+    report = apm.reduce_runs([run.run_dir], tmp_path / "report", bootstrap=0, figures=False)
+    table12 = pd.read_csv(report.out / "tables" / "table12.csv", index_col="Model")
+    assert table12.loc[:, "Video memory: Failures"].notna().sum() == 1, table12
