@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 from support.runner import compose_run, records, run
 
@@ -75,11 +74,10 @@ def _label(run_block: dict[str, Any]) -> str:
 
 
 def _run_block(cfg: Any) -> dict[str, Any]:
-    HydraConfig.instance().set_config(cfg)
     parts = {key: _locate(cfg[key]._target_) if cfg.get(key) is not None else None
              for key in ("memory", "backbone", "writer")}
     return {"dataset": "synthetic", "memory": cfg.memory.name, "backbone": cfg.backbone.name,
-            "config_hash": "0" * 12, **method_identity(cfg),
+            "config_hash": "0" * 12, **method_identity(cfg, cfg.hydra),
             **run_declarations(parts["memory"], parts["backbone"], parts["writer"])}
 
 

@@ -101,11 +101,14 @@ def read_code(root: Path) -> Code:
     return code
 
 
-def _top_level(tree: ast.Module) -> set[str]:
-    """The names a module binds at its top level (definitions, assignments, imports)."""
+def _top_level(tree: ast.Module | ast.If) -> set[str]:
+    """The names a module binds at its top level (definitions, assignments, imports), those it imports for
+    type checkers too (``if TYPE_CHECKING:``: the names ``apm/__init__.py`` exports lazily)."""
     names: set[str] = set()
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            names |= _top_level(node)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names |= {(a.asname or a.name).split(".")[0] for a in node.names}

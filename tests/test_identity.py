@@ -17,7 +17,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from support.runner import compose_run, records, run
 
-from apm.cli.judge import judge_backbone
+from apm.api.judge import judge_backbone
 from apm.configs import CONF_DIR
 from apm.data import fingerprint
 from apm.judge import rubric

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from support.runner import GOOD_JUDGEMENT, compose_run, records, run
 
-from apm.cli.judge import judge_backbone
+from apm.api.judge import judge_backbone
 from apm.judge.rubric import RUBRIC_VERSION, check_reply, guidance, rubric
 from apm.judge.stage import JudgeStage
 from apm.records.jsonl import read_folder

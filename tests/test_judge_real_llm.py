@@ -19,9 +19,9 @@ import pytest
 from support.runner import compose_run, run
 from support.vllm_fixtures import required_env_path
 
+from apm.api.judge import judge_backbone
 from apm.backbones.base import Request, Response
 from apm.backbones.vllm_server import VLLMServerBackbone
-from apm.cli.judge import judge_backbone
 from apm.data.release import load_release
 from apm.judge.rubric import CRITERIA, REPLY_SCHEMA, judge_prompt, probe_reference, rubric
 from apm.judge.stage import JudgeStage, JudgeStats

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from support.runner import GOOD_JUDGEMENT, compose_run, records, run, served
 
-from apm.cli.judge import judge_backbone
+from apm.api.judge import judge_backbone
 from apm.cli.judge import main as judge_main
 from apm.cli.reduce import main as reduce_main
 from apm.judge.stage import JudgeStage, JudgeStats

@@ -256,7 +256,7 @@ def test_a_failed_reduce_leaves_the_previous_report_whole(tmp_path: Path, monkey
     def full_disk(*_: object) -> list[Path]:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("apm.cli.reduce.write_figures", full_disk)
+    monkeypatch.setattr("apm.api.reduce.write_figures", full_disk)
     capsys.readouterr()
     assert main([str(root), "--out", str(out), "--bootstrap", "0"]) == 2
     said = capsys.readouterr().err.strip().splitlines()  # after a coverage line per method (no plans here)

@@ -1,59 +1,25 @@
-"""``apm-judge RUN_DIR… judge=<config> [overrides…]``: judge the records of finished runs."""
+"""``apm-judge RUN_DIR… judge=<config> [overrides…]``: judge the records of finished runs (``apm.judge_runs``)."""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from hydra.utils import instantiate
 from omegaconf.errors import OmegaConfBaseException
 
+from apm.api.judge import NoJudge, judge_runs
 from apm.backbones.base import EndpointError
-from apm.configs import CONF_DIR
 from apm.data.problems import ReleaseError
 from apm.errors import OneLineParser, console_script, note_skipped
-from apm.judge.stage import JudgeStage, ReleaseChanged
-from apm.records.atomic import read_run_config
-from apm.records.redact import redact_logging
+from apm.judge.stage import ReleaseChanged
 from apm.records.rundir import find_runs
-from apm.runner.config import register
-
-
-def judge_backbone(overrides: list[str]):
-    """Instantiate the judge from the ``judge`` config group (e.g. ``judge=deepseek_v4_flash``), composed
-    with the run's config (whose schema the command line tool, not the judge stage, registers)."""
-    register()
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        cfg = compose("config", overrides=overrides)
-    if cfg.judge is None:
-        raise SystemExit("apm-judge: choose a judge, e.g. judge=deepseek_v4_flash")
-    return instantiate(cfg.judge, _convert_="all")
-
-
-async def _main(run_dirs: list[Path], overrides: list[str], ns: argparse.Namespace) -> int:
-    judge = judge_backbone(overrides)
-    stage = JudgeStage(judge, concurrency=ns.concurrency, invalid_retries=ns.invalid_retries,  # registers its key
-                       fail_fast=ns.fail_fast, preflight=not ns.no_preflight, exclusive=True)
-    await judge.start()
-    try:
-        stats = await stage.run(run_dirs)
-    finally:
-        await judge.close()
-    print(f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed (unjudged: asked again on the "
-          f"next run), {stats.cached} already judged, {stats.rejected} on record not verifying (judged again), "
-          f"{stats.calls} model calls")
-    return 1 if stats.failed else 0
 
 
 @console_script("apm-judge",
                 usage=(FileNotFoundError, ReleaseError, ReleaseChanged, EndpointError, HydraException,
-                       OmegaConfBaseException))
+                       OmegaConfBaseException, NoJudge))
 def main(argv: Sequence[str] | None = None) -> int:
     """Judge; every error is one line (``--debug``: the traceback), a missing path, a release or config error
     exit 2."""
@@ -68,18 +34,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="skip the check of the judge's endpoint, key and model before the first call")
     ns = p.parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
-    redact_logging()  # the judge's key (registered by the stage) never reaches a log line
     overrides = [a for a in ns.args if "=" in a]
     folders = [a for a in ns.args if "=" not in a]
     if not folders:
         p.error("no run directories given")
     note_skipped("apm-judge", folders, need_config=True)
-    run_dirs = find_runs(folders, need_config=True).paths
-    if not run_dirs:
+    if not find_runs(folders, need_config=True).paths:
         p.error(f"no run directories (with config.json) at or below {', '.join(folders)}")
-    for run_dir in run_dirs:
-        read_run_config(run_dir)  # a damaged config.json is refused before any lock is taken (nothing written)
-    return asyncio.run(_main(run_dirs, overrides, ns))
+    done = judge_runs(folders, overrides=overrides, concurrency=ns.concurrency, invalid_retries=ns.invalid_retries,
+                      fail_fast=ns.fail_fast, preflight=not ns.no_preflight)
+    print(f"apm-judge ({done.judge}): {done.judged} judged, {done.failed} failed (unjudged: asked again on the "
+          f"next run), {done.cached} already judged, {done.rejected} on record not verifying (judged again), "
+          f"{done.calls} model calls")
+    return 1 if done.failed else 0
 
 
 if __name__ == "__main__":

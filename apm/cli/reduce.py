@@ -1,4 +1,5 @@
-"""``apm-reduce``: scores.csv, the paper's tables and figures (and a paired comparison) from run dirs."""
+"""``apm-reduce``: scores.csv, the paper's tables and figures (and a paired comparison) from run dirs
+(``apm.reduce_runs``), and their W&B runs (``--wandb``)."""
 
 from __future__ import annotations
 
@@ -9,30 +10,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import pandas as pd
-
-from apm.errors import OneLineParser, console_script, note_skipped
+from apm.api.reduce import OWNER, Incomplete, ReduceResult, Unjudged, reduce_runs
+from apm.errors import OneLineParser, console_script
 from apm.publish.report import report_run, wandb_usable
 from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sync_command
-from apm.records.atomic import OutputRefused, claim_output, replaced_output, write_json_atomically
-from apm.reduce.compare import compare_runs
-from apm.reduce.figures import write_figures
-from apm.reduce.load import (
-    WORKERS,
-    MixedReleases,
-    RunSet,
-    UnmatchedPreference,
-    check_preference,
-    load_runs,
-    one_release,
-)
-from apm.reduce.manifest import reduce_manifest
-from apm.reduce.report_index import write_report_index
-from apm.reduce.scores import judge_note, score_table
-from apm.reduce.tables import coverage_gaps, method_rows, write_tables
-from apm.reduce.units import unit_views
+from apm.records.atomic import OutputRefused
+from apm.reduce.load import MixedReleases, UnmatchedPreference
 
-PROG = "apm-reduce"
+PROG = OWNER
 
 
 def parser() -> argparse.ArgumentParser:
@@ -63,32 +48,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def coverage_warnings(scores: pd.DataFrame) -> list[str]:
-    """One line per method whose records do not cover its plan, or that has no plan to compare with."""
-    labels = method_rows(scores).drop_duplicates("config_hash").set_index("config_hash")["method"].astype(str)
-    gaps = coverage_gaps(scores)
-    unplanned = scores.loc[scores["n_planned"].isna(), "config_hash"].astype(str).unique()
-    return [f"apm-reduce: {labels.get(h, h)} [{h}]: {gap}" for h, gap in sorted(gaps.items())] + [
-        f"apm-reduce: {labels.get(h, h)} [{h}]: coverage unknown (no jobs/*/plan.json with its run dir's config.json)"
-        for h in sorted(unplanned)
-    ]
-
-
-def _report(args: argparse.Namespace, runs: RunSet | None, scores: pd.DataFrame | None, out: Path) -> list[str]:
-    """Write the whole report into ``out``; returns the lines to print once it is in place."""
+def _said(args: argparse.Namespace, done: ReduceResult) -> list[str]:
+    """The lines printed once the report is in place."""
     said = []
-    if runs is not None and scores is not None:
-        scores.to_csv(out / "scores.csv", index=False)
-        tables = write_tables(scores, out / "tables", judge_note(runs.judgements))
-        figures = [] if args.no_figures else write_figures(scores, out / "figures", runs.memory)
-        write_json_atomically(out / "manifest.json", reduce_manifest(args.runs, runs, args.seed, args.bootstrap))
-        if args.compare:
-            _compare(args, out)
-        write_report_index(out, tables, figures)
-        said.append(f"apm-reduce: {len(runs.records)} records, {scores.shape[0]} scores, "
-                    f"{len(tables)} table files, {len(figures)} figures -> {args.out}")
-    elif args.compare:
-        _compare(args, out)
+    if done.scores is not None:
+        said.append(f"apm-reduce: {done.records} records, {done.scores.shape[0]} scores, "
+                    f"{len(done.tables)} table files, {len(done.figures)} figures -> {args.out}")
     if args.compare:
         said.append(f"apm-reduce: paired comparison -> {args.out / 'compare.csv'}")
     return said
@@ -116,11 +81,6 @@ def _wandb(args: argparse.Namespace) -> list[str]:
             + (f"; upload with: {sync}" if sync else "")]
 
 
-def _compare(args: argparse.Namespace, out: Path) -> None:
-    a, b = (load_runs([p], args.judge, args.rubric, workers=WORKERS) for p in args.compare)
-    compare_runs(a, b, args.seed, args.bootstrap).to_csv(out / "compare.csv", index=False)
-
-
 @console_script(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     """Reduce; user errors (a missing run dir, unjudged probes, a full disk) are one line and exit 2 (any
@@ -130,33 +90,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser().error("give RUN_DIR(s), --compare RUN_A RUN_B, or both")
     started = time.perf_counter()
     try:
-        claim_output(args.out, PROG)
-        note_skipped(PROG, args.runs)
-        runs = load_runs(args.runs, args.judge, args.rubric, workers=WORKERS) if args.runs else None
-        if runs is not None:
-            one_release(runs.records)
-            check_preference(runs.judgements, args.judge, args.rubric)
-        units = unit_views(runs.records, runs.judgements) if runs is not None else None
-        unjudged = units.unjudged if units is not None else 0
-        if unjudged and not args.allow_unjudged:
-            print(f"apm-reduce: {unjudged} gate-passing adaptive probe(s) have no judgement (none, a failed one, or "
-                  "one that does not verify); run apm-judge on these run dirs first, it asks them again (or pass "
-                  "--allow-unjudged to show – for the affected scores)", file=sys.stderr)
-            return 2
-        scores = None if runs is None else score_table(runs.records, runs.judgements, runs.memory, args.seed,
-                                                       args.bootstrap, runs.plans, units)
-        gaps = [] if scores is None else coverage_warnings(scores)
-        for line in gaps:
-            print(line, file=sys.stderr)
-        if gaps and args.complete:
-            print(f"apm-reduce: --complete: {len(gaps)} method(s) do not cover their plan (above); nothing written",
-                  file=sys.stderr)
-            return 2
-        with replaced_output(args.out, PROG) as out:  # a kill or a full disk: the previous report
-            said = _report(args, runs, scores, out)
-        if args.wandb and runs is not None:  # after the swap: the report run's artifact is the report in place
+        done = reduce_runs(args.runs, args.out, judge=args.judge, rubric=args.rubric, seed=args.seed,
+                           bootstrap=args.bootstrap, compare=args.compare, allow_unjudged=args.allow_unjudged,
+                           complete=args.complete, figures=not args.no_figures,
+                           warn=lambda line: print(f"{PROG}: {line}", file=sys.stderr))
+        said = _said(args, done)
+        if args.wandb and done.scores is not None:  # after the swap: the report run's artifact is the report in place
             said += _wandb(args)
-    except (OutputRefused, MixedReleases, UnmatchedPreference) as e:
+    except Incomplete as e:
+        print(f"{PROG}: --complete: {e} (above); nothing written", file=sys.stderr)
+        return 2
+    except (OutputRefused, MixedReleases, UnmatchedPreference, Unjudged) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:

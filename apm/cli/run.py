@@ -1,9 +1,10 @@
-"""``apm-run``: the Hydra app. Compose, check, then run the online protocol (``apm.runner.app``)."""
+"""``apm-run``: the Hydra app around :func:`apm.api.run.run` (``apm.run``): Hydra composes (and sweeps,
+``-m``), the job is the Python API's run."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
+from typing import cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -12,11 +13,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from apm.api.run import Composed, run
 from apm.backbones.base import EndpointError
 from apm.configs import CONF_DIR
 from apm.errors import hold, hydra_guarded
 from apm.records.redact import redact_logging
-from apm.runner.app import discard_fresh_job_folder, request_listing, run_async
+from apm.runner.app import discard_fresh_job_folder, request_listing
 from apm.runner.config import ConfigError
 
 
@@ -28,7 +30,7 @@ def _app(cfg: DictConfig) -> None:
         if cfg.print_request:
             print(request_listing(cfg))
         else:
-            asyncio.run(run_async(cfg, strict=True))
+            run(Composed(cfg, cast(DictConfig, HydraConfig.get())))  # typed as its schema, a DictConfig
     except Exception as e:
         if HydraConfig.get().mode != RunMode.RUN:
             raise  # a sweep reports its failed jobs itself

@@ -290,9 +290,10 @@ def check_shards(cfg: DictConfig, release: Release, indices: Iterable[int]) -> N
         shard_plan(shard, release)
 
 
-def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
+def build_setup(cfg: DictConfig, hydra: DictConfig | None = None) -> tuple[RunSetup, ShardPlan]:
     """Check the config, load and validate the release, instantiate protocol and backbones, pick this
-    shard's work; nothing is written and no engine is started."""
+    shard's work; nothing is written and no engine is started. ``hydra``: how Hydra composed ``cfg``
+    (its ``hydra`` node), which names the method (:func:`~apm.runner.config.method_identity`)."""
     check_config(cfg)
     release = load_checked_release(cfg.dataset.root)
     protocol = _instantiate(cfg.memory)
@@ -309,7 +310,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
         run_dir=run_dir,
         run_info={"dataset": cfg.dataset.name, "memory": protocol.name, "backbone": backbone.name,
                   "config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
-                  "code": code, **method_identity(cfg),
+                  "code": code, **method_identity(cfg, hydra),
                   **run_declarations(protocol, backbone, writer if cfg.writer is not None else None)},
         protocol=protocol,
         backbone=backbone,
@@ -328,12 +329,14 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
     return setup, plan
 
 
-async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
+async def run_async(cfg: DictConfig, strict: bool = False, hydra: DictConfig | None = None) -> RunStats:
     """One shard job: every check first (config, release, engines, the shard's largest request), so a
     job that cannot work stops before it writes anything; then the run, its ledger and W&B mirror.
     ``strict`` (``apm-run``): a job whose every instance failed raises ``RunStopped`` after it ends; a
-    job that refused an instance for causality always does (``apm.runner.causality``)."""
-    setup, plan = build_setup(cfg)
+    job that refused an instance for causality always does (``apm.runner.causality``). ``hydra``: how
+    Hydra composed ``cfg`` (:func:`build_setup`); ``apm.run`` and ``apm-run`` pass it, so a method is
+    one method whichever started it."""
+    setup, plan = build_setup(cfg, hydra)
     if cfg.rerun != Rerun.all:
         refuse_other_code(cfg, setup, plan)
     async with _started(setup.backbone), _started(setup.writer if setup.writer is not setup.backbone else None):

@@ -18,7 +18,6 @@ from typing import Any, cast
 from hydra import compose
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from apm.data.fingerprint import release_fingerprint
@@ -192,13 +191,14 @@ def config_hash(cfg: DictConfig) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def method_identity(cfg: DictConfig) -> dict[str, Any]:
+def method_identity(cfg: DictConfig, hydra: DictConfig | None) -> dict[str, Any]:
     """``choices`` (each group's option name) and ``overrides`` (``{"memory.recent_frames": 8}``: the
     memory, backbone and writer settings that differ from their chosen option's YAML, transport
-    settings excluded), so a method is named by its config; both unknown (None) outside a Hydra app."""
-    if not (HydraConfig.initialized() and GlobalHydra.instance().is_initialized()):
+    settings excluded), so a method is named by its config. ``hydra``: Hydra's own node of the composed
+    config (the app's ``HydraConfig``, or ``compose(..., return_hydra_config=True).hydra``), read with
+    Hydra initialized; None (a config not composed by Hydra): both unknown (None)."""
+    if hydra is None or not GlobalHydra.instance().is_initialized():
         return {"choices": dict.fromkeys(GROUPS), "overrides": None}
-    hydra = HydraConfig.get()
     choices = {key: hydra.runtime.choices.get(group) for key, group in GROUPS.items()}
     defaults = compose(hydra.job.config_name, overrides=_group_picks(choices, list(hydra.searchpath)))
     required = {p for key in VARIANT_KEYS for p in _missing(defaults.get(key), key)}

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
+from apm.api.run import run as api_run
 from apm.configs import CONF_DIR
 from apm.data.frames import Frame
 from apm.data.instances import opaque_id, release_instances, release_seal
@@ -43,20 +43,10 @@ def run(cfg: DictConfig) -> Path:
 
 
 def run_as_app(root: Path, out: Path, cache: Path, overrides: list[str] = ()) -> Path:
-    """Run in this process as ``apm-run`` would: with Hydra's own config set, so the run records its
-    config choices and the settings off their defaults (what reduce names a method by)."""
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        cfg = compose("config", overrides=[
-            f"dataset.root={root}", f"output_root={out}", f"frames.cache_dir={cache}",
-            "logging.wandb.mode=disabled", "logging.progress=false", *overrides,
-        ], return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        with open_dict(cfg):
-            del cfg["hydra"]  # as a Hydra app's task sees its config
-        try:
-            return run(cfg)
-        finally:
-            HydraConfig.instance().cfg = None
+    """Run in this process as ``apm-run`` would, through the Python API (``apm.run``), so the run records its
+    config choices and the settings off their defaults (what reduce names a method by); its run dir."""
+    return api_run([f"dataset.root={root}", f"output_root={out}", f"frames.cache_dir={cache}",
+                    "logging.wandb.mode=disabled", "logging.progress=false", *overrides], strict=False).run_dir
 
 
 def release_sessions(root: Path) -> int:
