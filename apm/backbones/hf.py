@@ -146,6 +146,11 @@ class HFBackbone(WorkerThreadBackbone):
     def model_id(self) -> str:
         return self.model_path
 
+    async def model_identity(self, where: str = "backbone") -> dict[str, Any] | None:
+        """The folder's content, and ``weights: random`` when its weights are drawn, not read."""
+        found = await super().model_identity(where)
+        return found if self.weights == "pretrained" else {**(found or {}), "weights": self.weights}
+
     def _load(self) -> None:
         import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor

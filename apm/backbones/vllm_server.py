@@ -112,6 +112,10 @@ class VLLMServerBackbone(Backbone):
         """Whether the launched engine caches prefixes (None: vLLM's default, or a server not launched here)."""
         return self.engine_args["enable-prefix-caching"] if self.launch else None
 
+    async def model_identity(self, where: str = "backbone") -> dict[str, Any] | None:
+        """A launched server's model by its local content; one running elsewhere by what it lists."""
+        return await (super().model_identity(where) if self.launch else self.client.model_identity(where))
+
     def log_into(self, folder: str) -> None:
         """The launched server's log goes to ``folder`` when the config names no ``log_dir``."""
         if self.log_dir is None:

@@ -19,11 +19,13 @@ from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
 from apm.reduce.load import (
     WORKERS,
+    MixedIdentities,
     MixedReleases,
     RunSet,
     UnmatchedPreference,
     check_preference,
     load_runs,
+    one_identity,
     one_release,
 )
 from apm.reduce.manifest import reduce_manifest
@@ -135,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = load_runs(args.runs, args.judge, args.rubric, workers=WORKERS) if args.runs else None
         if runs is not None:
             one_release(runs.records)
+            one_identity(runs.records, runs.memory)
             check_preference(runs.judgements, args.judge, args.rubric)
         units = unit_views(runs.records, runs.judgements) if runs is not None else None
         unjudged = units.unjudged if units is not None else 0
@@ -156,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             said = _report(args, runs, scores, out)
         if args.wandb and runs is not None:  # after the swap: the report run's artifact is the report in place
             said += _wandb(args)
-    except (OutputRefused, MixedReleases, UnmatchedPreference) as e:
+    except (OutputRefused, MixedReleases, MixedIdentities, UnmatchedPreference) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:
