@@ -66,8 +66,9 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stem: str) -> tuple[
 
 
 def reduce(runs: Path, out: Path, *extra: str) -> int:
-    return apm_reduce.main([str(runs), "--out", str(out), "--bootstrap", "0", "--allow-unjudged", "--no-figures",
-                            *extra])
+    return apm_reduce.main(
+        [str(runs), "--out", str(out), "--bootstrap", "0", "--allow-unjudged", "--no-figures", *extra]
+    )
 
 
 def fingerprint(run_dir: Path) -> dict[Path, bytes]:
@@ -99,8 +100,12 @@ def test_shards_of_other_code_are_refused_by_reduce(tiny, tmp_path, monkeypatch,
 
 def test_a_module_a_plugin_imports_is_part_of_the_code(tmp_path, monkeypatch):
     _, helper = plugin(tmp_path, monkeypatch, "closure")
-    cfg = compose_run(tmp_path, tmp_path / "runs", tmp_path / "cache",
-                      ["memory=none", "backbone=random", "backbone._target_=closure_plug.Mine"])
+    cfg = compose_run(
+        tmp_path,
+        tmp_path / "runs",
+        tmp_path / "cache",
+        ["memory=none", "backbone=random", "backbone._target_=closure_plug.Mine"],
+    )
     parts = code.code_parts(cfg)
     assert set(parts["modules"]) == {"closure_plug", "closure_help"}
     assert {"torch", "transformers", "vllm", "av"} <= set(parts["packages"])
@@ -121,9 +126,18 @@ def fake_weights(folder: Path, weights: bytes) -> Path:
 def test_a_resume_after_the_weights_were_rebuilt_is_refused(tiny, tmp_path, monkeypatch):
     plugin(tmp_path, monkeypatch, "weights")
     folder = fake_weights(tmp_path / "model", b"\x00" * 4096)
-    cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "cache",
-                      [*BASE, "backbone=random", "backbone._target_=weights_plug.Local",
-                       f"+backbone.model_path={folder}", "dataset.limit=5"])
+    cfg = compose_run(
+        tiny,
+        tmp_path / "runs",
+        tmp_path / "cache",
+        [
+            *BASE,
+            "backbone=random",
+            "backbone._target_=weights_plug.Local",
+            f"+backbone.model_path={folder}",
+            "dataset.limit=5",
+        ],
+    )
     run_dir = run(cfg)
     assert len({r["run"]["model"] for r in records(run_dir)}) == 1
     fake_weights(folder, b"\x01" * 4096)  # rebuilt at the same path: another model
@@ -136,11 +150,14 @@ def test_a_resume_after_the_weights_were_rebuilt_is_refused(tiny, tmp_path, monk
     assert fingerprint(run_dir) == before  # nothing written
 
 
-@pytest.mark.parametrize("make", [
-    lambda path: HFBackbone(str(path)),
-    lambda path: VLLMOfflineBackbone(str(path)),
-    lambda path: VLLMServerBackbone(model=str(path)),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda path: HFBackbone(str(path)),
+        lambda path: VLLMOfflineBackbone(str(path)),
+        lambda path: VLLMServerBackbone(model=str(path)),
+    ],
+)
 def test_a_local_model_is_named_by_its_folders_content(tmp_path, make):
     folder = fake_weights(tmp_path / "model", b"\x00" * 4096)
     first = asyncio.run(make(folder).model_identity())
@@ -163,8 +180,14 @@ def test_weight_digests_are_cached_by_path_size_and_mtime(tmp_path):
 
 def test_a_resume_against_a_server_serving_another_model_is_refused(tiny, tmp_path):
     def overrides(url: str) -> list[str]:
-        return [*BASE, "backbone=openai_compatible", f"backbone.base_url={url}", "backbone.model=served",
-                "dataset.limit=5", "concurrency=2"]
+        return [
+            *BASE,
+            "backbone=openai_compatible",
+            f"backbone.base_url={url}",
+            "backbone.model=served",
+            "dataset.limit=5",
+            "concurrency=2",
+        ]
 
     with served(models=("served",), model_info={"root": "/models/a"}) as first:
         run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", overrides(first.base_url)))

@@ -131,7 +131,7 @@ class HFBackbone(WorkerThreadBackbone):
         if weights not in ("pretrained", "random"):
             raise ValueError(f"weights must be 'pretrained' or 'random', got {weights!r}")
         self.name = name
-        self.model_path = model
+        self.model_path: str = model
         self.frames_as = frames_as
         self.max_frames = max_frames
         self.dtype = dtype

@@ -73,7 +73,7 @@ class VLLMServerBackbone(Backbone):
         if not launch and not base_url:
             raise ValueError("launch: false needs the base_url of a running server")
         self.name = name or model
-        self.model_path = model
+        self.model_path: str = model
         self.launch = launch
         self.host = host
         self.port = port

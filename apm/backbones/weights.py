@@ -41,8 +41,11 @@ def _sha256(path: Path) -> str:
 def _files(folder: Path) -> list[Path]:
     """Every file of a model folder (symbolic links followed, as a hub snapshot's are), hidden ones (a
     ``.git`` or ``.cache`` folder, ``.gitattributes``) left out, in a fixed order."""
-    return sorted(p for p in folder.rglob("*")
-                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
 
 
 def content_digests(paths: list[Path]) -> list[str]:

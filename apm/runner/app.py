@@ -13,7 +13,6 @@ check leaves nothing behind (Hydra's own job folder is removed again) and ``apm-
 from __future__ import annotations
 
 import difflib
-import json
 import logging
 import math
 import os

@@ -20,6 +20,7 @@ import importlib.util
 import site
 import sys
 import sysconfig
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,7 @@ def _site_dirs() -> tuple[Path, ...]:
 
 
 @functools.cache
-def _distributions() -> dict[str, list[str]]:
+def _distributions() -> Mapping[str, list[str]]:
     return metadata.packages_distributions()
 
 

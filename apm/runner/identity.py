@@ -24,8 +24,9 @@ async def with_models(setup: RunSetup) -> RunSetup:
     :meth:`~apm.backbones.base.Backbone.model_identity`, the writer's when it is not the backbone."""
     engines = {"backbone": setup.backbone} | ({"writer": setup.writer} if setup.writer is not setup.backbone else {})
     parts = {role: await engine.model_identity(role) for role, engine in engines.items()}
-    return replace(setup, run_info={**setup.run_info, "model": short_digest(parts)},
-                   identity={**setup.identity, "model": parts})
+    return replace(
+        setup, run_info={**setup.run_info, "model": short_digest(parts)}, identity={**setup.identity, "model": parts}
+    )
 
 
 def _short(value: Any) -> str:
@@ -40,8 +41,11 @@ def model_changed(before: Any, now: dict[str, Any]) -> str:
     said = []
     for role in sorted(set(before) | set(now)):
         old, new = before.get(role) or {}, now.get(role) or {}
-        said += [f"{role} {key} {_short(old.get(key))} → {_short(new.get(key))}"
-                 for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+        said += [
+            f"{role} {key} {_short(old.get(key))} → {_short(new.get(key))}"
+            for key in sorted(set(old) | set(new))
+            if old.get(key) != new.get(key)
+        ]
     return ", ".join(f"{s} changed" for s in said) or "the records name another model than config.json"
 
 
@@ -59,20 +63,28 @@ def refuse_other_identity(setup: RunSetup, keys: set[str], trajectories: set[str
     on disk were made by other code or another model than this job's (lines from before a part was named
     count as another)."""
     mine = setup.run_info
-    records = [r for k, r in latest_records(RunDir(setup.run_dir).records).items()
-               if k in keys and differing(r["run"], mine)]
-    memory = [m for (t, _), m in newest_memory_lines(RunDir(setup.run_dir).memory).items()
-              if t in trajectories and differing(m["run"], mine)]
+    records = [
+        r for k, r in latest_records(RunDir(setup.run_dir).records).items() if k in keys and differing(r["run"], mine)
+    ]
+    memory = [
+        m
+        for (t, _), m in newest_memory_lines(RunDir(setup.run_dir).memory).items()
+        if t in trajectories and differing(m["run"], mine)
+    ]
     if not records and not memory:
         return
     lines = records + memory
     parts = [p for p in MADE_BY if any(p in differing(line["run"], mine) for line in lines)]
     saved = _saved(setup)
-    changed = {"code": lambda: what_changed(saved.get("code"), setup.identity["code"]),
-               "model": lambda: model_changed(saved.get("model"), setup.identity["model"])}
+    changed = {
+        "code": lambda: what_changed(saved.get("code"), setup.identity["code"]),
+        "model": lambda: model_changed(saved.get("model"), setup.identity["model"]),
+    }
     theirs = {p: next(line["run"].get(p) for line in lines if p in differing(line["run"], mine)) for p in parts}
     why = "; ".join(f"{p} {theirs[p]}, now {mine.get(p)}: {changed[p]()}" for p in parts)
-    raise ConfigError(f"{setup.run_dir} holds {len(records)} records and {len(memory)} memory lines of "
-                      f"{setup.shard_label} made by {' and '.join(MADE_BY[p][0] for p in parts)} ({why}); "
-                      f"{' and '.join(MADE_BY[p][1] for p in parts)} is a new run (another output_root), "
-                      "or rerun=all redoes this one")
+    raise ConfigError(
+        f"{setup.run_dir} holds {len(records)} records and {len(memory)} memory lines of "
+        f"{setup.shard_label} made by {' and '.join(MADE_BY[p][0] for p in parts)} ({why}); "
+        f"{' and '.join(MADE_BY[p][1] for p in parts)} is a new run (another output_root), "
+        "or rerun=all redoes this one"
+    )
