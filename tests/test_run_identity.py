@@ -89,8 +89,13 @@ def test_shards_of_other_code_are_refused_by_reduce(tiny, tmp_path, monkeypatch,
     assert len({r["run"]["code"] for r in records(run_dir)} - first) == 1  # the edit is a new identity
     capsys.readouterr()
 
-    for extra in ((), ("--complete",)):
-        assert reduce(tmp_path / "runs", tmp_path / "report", *extra) == 2
+    compare = ["--compare", str(run_dir), str(run_dir), "--out", str(tmp_path / "report"), "--bootstrap", "0"]
+    for ask in (
+        lambda: reduce(tmp_path / "runs", tmp_path / "report"),
+        lambda: reduce(tmp_path / "runs", tmp_path / "report", "--complete"),
+        lambda: apm_reduce.main(compare),
+    ):
+        assert ask() == 2
         said = capsys.readouterr().err.strip().splitlines()
         refusal = [line for line in said if "identities" in line]
         assert len(refusal) == 1 and "Traceback" not in "\n".join(said), said
