@@ -50,17 +50,21 @@ def _source_files() -> list[Path]:
                   if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
 
 
+def _version(distribution: str) -> str | None:
+    """An installed distribution's version (None: not installed)."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 @functools.cache
 def apm_code() -> dict[str, Any]:
     """``apm``'s version and the digest of its answer-path sources (relative path and bytes of each)."""
     digest = hashlib.sha256()
     for path in _source_files():
         digest.update(path.relative_to(_PACKAGE).as_posix().encode() + b"\0" + _file_digest(path).encode())
-    try:
-        version: str | None = metadata.version("apm")
-    except metadata.PackageNotFoundError:
-        version = None
-    return {"version": version, "source_sha256": digest.hexdigest()}
+    return {"version": _version("apm"), "source_sha256": digest.hexdigest()}
 
 
 def _targets(node: Any) -> list[str]:
@@ -129,13 +133,6 @@ def _site_dirs() -> tuple[Path, ...]:
 @functools.cache
 def _distributions() -> Mapping[str, list[str]]:
     return metadata.packages_distributions()
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def module_digests(cfg: DictConfig) -> tuple[dict[str, str], dict[str, str | None]]:
