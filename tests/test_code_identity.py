@@ -30,7 +30,7 @@ class Mine(RandomBaseline):
 
 
 def _apm_run(tiny: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(tmp / "plugins"), "WANDB_MODE": "disabled"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp / "plugins"), str(REPO)]), "WANDB_MODE": "disabled"}
     return subprocess.run(
         [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={tmp / 'runs'}",
          f"frames.cache_dir={tmp / 'cache'}", "logging.wandb.mode=disabled", "logging.progress=false",

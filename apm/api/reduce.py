@@ -15,7 +15,7 @@ from apm.records.atomic import claim_output, replaced_output, write_json_atomica
 from apm.records.rundir import find_runs
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
-from apm.reduce.load import WORKERS, RunSet, check_preference, load_runs, one_release
+from apm.reduce.load import WORKERS, RunSet, check_preference, load_runs, one_identity, one_release
 from apm.reduce.manifest import reduce_manifest
 from apm.reduce.report_index import write_report_index
 from apm.reduce.scores import judge_note, score_table
@@ -96,6 +96,7 @@ def reduce_runs(
     loaded = load_runs(runs, judge, rubric, workers=WORKERS) if runs else None
     if loaded is not None:
         one_release(loaded.records)
+        one_identity(loaded.records, loaded.memory)
         check_preference(loaded.judgements, judge, rubric)
     units = unit_views(loaded.records, loaded.judgements) if loaded is not None else None
     if units is not None and units.unjudged and not allow_unjudged:

@@ -22,6 +22,7 @@ from fractions import Fraction
 from itertools import groupby
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from apm.backbones.weights import local_model
 from apm.data.frames import Frame
 from apm.data.instances import Instance
 from apm.records.declaration import Declaration, declared
@@ -298,6 +299,9 @@ class Backbone(abc.ABC):
     checks_requests: bool = False
     """Whether :meth:`check_request` sends the shard's largest request to an engine before the run (a
     served engine: its limits are checked, and that request is the latency warm-up)."""
+    model_path: str | None = None
+    """Where a local model's weights are read from (a folder, a file, else a hub id): its content names
+    the model (:meth:`model_identity`); None: no local weights."""
     _runner: asyncio.Runner | None = None
 
     async def start(self) -> None:
@@ -322,6 +326,13 @@ class Backbone(abc.ABC):
         """Send the run's largest ``request`` with ``max_tokens=1``, raising a one-line error naming the
         engine limit it breaks (only when ``checks_requests``)."""
         raise NotImplementedError(f"{self.name} does not check requests")
+
+    async def model_identity(self, where: str = "backbone") -> dict[str, Any] | None:
+        """What names the model that answers, before :meth:`start` (docs/records.md, "Identity"): by default
+        the content of :attr:`model_path` (:func:`~apm.backbones.weights.local_model`); None: no model (a
+        baseline). A served engine asks its server, raising :class:`EndpointError` (one line, ``where``: the
+        config key holding it) when it cannot."""
+        return await asyncio.to_thread(local_model, self.model_path) if self.model_path else None
 
     def advice(self, response: Response, where: str = "backbone", request: Request | None = None) -> str:
         """A failed ``response`` as one line naming the setting to change; default: its error."""

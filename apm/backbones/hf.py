@@ -131,7 +131,7 @@ class HFBackbone(WorkerThreadBackbone):
         if weights not in ("pretrained", "random"):
             raise ValueError(f"weights must be 'pretrained' or 'random', got {weights!r}")
         self.name = name
-        self.model_path = model
+        self.model_path: str = model
         self.frames_as = frames_as
         self.max_frames = max_frames
         self.dtype = dtype
@@ -145,6 +145,11 @@ class HFBackbone(WorkerThreadBackbone):
     @property
     def model_id(self) -> str:
         return self.model_path
+
+    async def model_identity(self, where: str = "backbone") -> dict[str, Any] | None:
+        """The folder's content, and ``weights: random`` when its weights are drawn, not read."""
+        found = await super().model_identity(where)
+        return found if self.weights == "pretrained" else {**(found or {}), "weights": self.weights}
 
     def _load(self) -> None:
         import torch

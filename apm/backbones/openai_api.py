@@ -42,6 +42,10 @@ from apm.records.redact import redact, url_userinfo
 
 log = logging.getLogger(__name__)
 
+NOT_THE_MODEL = ("object", "created", "permission", "max_model_len")
+"""Fields of a ``GET /models`` entry that name no model: the entry's type, and what a server sets at each
+request (vLLM's ``created``, ``permission``) or at each start (``max_model_len``)."""
+
 BODIES_PER_SLOT = 2
 """Requests that may hold a built body at once, per connection slot (``concurrency``): the next bodies
 are ready when slots free up, and the bodies in memory stay bounded however many requests wait."""
@@ -200,13 +204,32 @@ class OpenAIBackbone(Backbone):
         request, truncation = self.guard.apply(request)
         return request, truncation, self.wire(request), time.perf_counter() - began
 
+    async def _listing(self, where: str) -> list[dict[str, Any]] | None:
+        """What ``GET /models`` lists (:meth:`Transport.listing`; its ids kept as :attr:`served`), or
+        :class:`EndpointError` with the one line that says what to change."""
+        try:
+            listing = await self.transport.listing(f"{self.base_url}/models")
+        except Fatal as e:
+            raise EndpointError(self.advice(Response(error=str(e), error_kind=e.kind), where)) from None
+        self.served = None if listing is None else [str(m["id"]) for m in listing]
+        return listing
+
+    async def model_identity(self, where: str = "backbone") -> dict[str, Any] | None:
+        """What the server lists of the model (``GET /models``): its entry, less the fields that name no
+        model (:data:`NOT_THE_MODEL`); the ids listed, when no entry is the model's; its name alone, when the
+        server lists nothing. Not its address: the same model moved to another ``base_url`` is the same."""
+        listing = await self._listing(where)
+        if not listing:
+            return {"id": self.model, "listed": None}
+        mine = next((m for m in listing if m["id"] == self.model), None)
+        if mine is None:
+            return {"id": self.model, "listed": sorted(str(m["id"]) for m in listing)}
+        return {k: v for k, v in sorted(mine.items()) if k not in NOT_THE_MODEL}
+
     async def preflight(self, where: str = "backbone") -> None:
         """Before a run: the endpoint answers, takes the key and serves the model (``GET /models``, then a
         one-token text request); raises :class:`EndpointError` with the one line that says what to change."""
-        try:
-            self.served = await self.transport.models(f"{self.base_url}/models")
-        except Fatal as e:
-            raise EndpointError(self.advice(Response(error=str(e), error_kind=e.kind), where)) from None
+        await self._listing(where)
         ping = Request((Message.text("user", "Reply with OK."),), GenerationSettings(max_tokens=1, seed=None),
                        request_id="preflight/ping")
         response = await self._complete(ping)

@@ -17,6 +17,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
@@ -162,9 +163,10 @@ class Transport:
             )
         return Response(error=error, error_kind=kind, elapsed_s=time.perf_counter() - began, attempts=attempts)
 
-    async def models(self, url: str) -> list[str] | None:
-        """The model names ``GET url`` lists (None: the endpoint lists none); an unreachable endpoint
-        (after :data:`PREFLIGHT_CONNECT_ATTEMPTS` tries) or a refused key raises :class:`Fatal`."""
+    async def listing(self, url: str) -> list[dict[str, Any]] | None:
+        """The model entries ``GET url`` lists (``{"id": …}`` and whatever else the server says of each;
+        None: the endpoint lists none); an unreachable endpoint (after :data:`PREFLIGHT_CONNECT_ATTEMPTS`
+        tries) or a refused key raises :class:`Fatal`."""
         failure: Exception | None = None
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             for attempt in range(PREFLIGHT_CONNECT_ATTEMPTS):
@@ -179,9 +181,11 @@ class Transport:
         if r.status_code in (401, 403):
             raise Fatal(f"HTTP {r.status_code} from GET /models", "auth")
         try:
-            return [m["id"] for m in r.json()["data"]] if r.status_code == 200 else None
+            entries = r.json()["data"] if r.status_code == 200 else None
         except (ValueError, KeyError, TypeError):
             return None
+        listed = isinstance(entries, list) and all(isinstance(m, dict) and "id" in m for m in entries)
+        return entries if listed else None
 
     def _retrying(self, request_id: str) -> AsyncRetrying:
         def before_sleep(state: RetryCallState) -> None:

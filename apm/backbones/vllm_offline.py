@@ -49,7 +49,7 @@ class VLLMOfflineBackbone(WorkerThreadBackbone):
         engine: dict[str, Any] | None = None,
     ) -> None:
         self.name = name
-        self.model_path = model
+        self.model_path: str = model
         self.frames_as = frames_as
         self.max_frames = max_frames
         self.engine = dict(engine or {})

@@ -73,7 +73,7 @@ class VLLMServerBackbone(Backbone):
         if not launch and not base_url:
             raise ValueError("launch: false needs the base_url of a running server")
         self.name = name or model
-        self.model_path = model
+        self.model_path: str = model
         self.launch = launch
         self.host = host
         self.port = port
@@ -111,6 +111,10 @@ class VLLMServerBackbone(Backbone):
     def prefix_caching(self) -> bool | None:
         """Whether the launched engine caches prefixes (None: vLLM's default, or a server not launched here)."""
         return self.engine_args["enable-prefix-caching"] if self.launch else None
+
+    async def model_identity(self, where: str = "backbone") -> dict[str, Any] | None:
+        """A launched server's model by its local content; one running elsewhere by what it lists."""
+        return await (super().model_identity(where) if self.launch else self.client.model_identity(where))
 
     def log_into(self, folder: str) -> None:
         """The launched server's log goes to ``folder`` when the config names no ``log_dir``."""

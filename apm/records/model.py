@@ -79,7 +79,8 @@ class Declarations:
 
 @dataclass(frozen=True)
 class RunBlock:
-    """Who answered: display names, the config hash and the method's config identity."""
+    """Who answered: display names, the config hash, the method's config identity, and the code and models
+    that made the line (docs/records.md, "Identity")."""
 
     closed: ClassVar[bool] = True
     dataset: str = spec()
@@ -88,6 +89,7 @@ class RunBlock:
     config_hash: str = spec(pattern=HEX12)
     release_fingerprint: str = spec(absent_ok=True, pattern=HEX12)
     code: str = spec(absent_ok=True, pattern=HEX12)
+    model: str = spec(absent_ok=True, pattern=HEX12)
     choices: Choices = spec(absent_ok=True)
     overrides: dict | None = spec(absent_ok=True, propertyNames={
         "pattern": "^(memory|backbone|writer|frames|generation)(\\.|$)"})

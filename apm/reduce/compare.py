@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from apm.reduce import bootstrap
-from apm.reduce.load import METHOD, RunSet, one_release
+from apm.reduce.load import METHOD, RunSet, one_identity, one_release
 from apm.reduce.metrics import COUNTS
 from apm.reduce.names import method_label
 from apm.reduce.scores import Sample, evaluate, task_samples
@@ -52,9 +52,13 @@ def paired_samples(a: pd.DataFrame, b: pd.DataFrame, seed: int, reps: int) -> tu
 
 def compare_runs(a: RunSet, b: RunSet, seed: int = 0, reps: int = 1000) -> pd.DataFrame:
     """Each metric with an interval for runs a and b, ``diff`` = b − a with its paired interval and
-    two-sided bootstrap p-value (NaN without replicates), restricted to instances both runs answered."""
+    two-sided bootstrap p-value (NaN without replicates), restricted to instances both runs answered; refused
+    (:class:`~apm.reduce.load.MixedReleases`, :class:`~apm.reduce.load.MixedIdentities`) for runs of two
+    releases, or a run whose lines carry two identities."""
     label_a, label_b = _only_method(a), _only_method(b)
     one_release(pd.concat([a.records, b.records], ignore_index=True), "--compare: RUN_A and RUN_B")
+    for side in (a, b):
+        one_identity(side.records, side.memory)
     keys = shared_keys(a.records, b.records)
     units_a, units_b = [candidate_units(r.records[r.records["key"].isin(keys)], r.judgements) for r in (a, b)]
     samples_a, samples_b = paired_samples(units_a, units_b, seed=seed, reps=reps)

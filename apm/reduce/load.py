@@ -27,6 +27,7 @@ from pandas.api.types import union_categoricals
 
 from apm.live.progress import Unit, counted, stage_progress
 from apm.records.declaration import Declaration, from_record, method_kind
+from apm.records.identity import identity_of
 from apm.records.judging import judged, response_digest, sorted_json, verifies
 from apm.records.lines import Kind, Skipped, TypedLines, read_typed
 from apm.records.model import InstanceRecord, JudgementLine, MemoryLine, RunBlock, named
@@ -49,7 +50,10 @@ count as the memory's; ``frames.…`` and ``generation.…`` are the run's ``set
 declares it supports (``True``/``False``; empty if undeclared); and the memory representation it
 declares (``kv_cache``…, :data:`apm.records.declaration.REPRESENTATIONS`; empty for none)."""
 
-_CATEGORICAL = METHOD + [RELEASE] + CONFIG + [
+IDENTITY = "identity"
+"""Column of what made a line: its run block's code and model (:func:`apm.records.identity.identity_of`)."""
+
+_CATEGORICAL = METHOD + [RELEASE, IDENTITY] + CONFIG + [
     "trajectory_id", "candidate_id", "task", "family", "polarity", "parse_status", "decision", "answer",
     "judge",
 ]
@@ -138,7 +142,7 @@ def _representation(run: Run) -> str:
 
 
 RUN_FIELDS: list[RunField] = [(c, operator.itemgetter(c)) for c in named(RunBlock, *METHOD)] + [
-    (RELEASE, lambda run: run.get(RELEASE)),
+    (RELEASE, lambda run: run.get(RELEASE)), (IDENTITY, identity_of),
     ("memory_config", _choice("memory")), ("backbone_config", _choice("backbone")),
     ("memory_variant", _variant("memory", "writer", chosen="writer")), ("backbone_variant", _variant("backbone")),
     ("settings", _variant("frames", "generation", keep_prefix=True)),
@@ -316,6 +320,39 @@ def one_release(records: pd.DataFrame, what: str = "the runs") -> None:
                       for release, hashes in methods.items())
     raise MixedReleases(f"{what} answered {len(methods)} different releases ({named}; methods by config hash); "
                         "reduce or compare the runs of one release at a time")
+
+
+class MixedIdentities(ValueError):
+    """A method's lines were made by other code or another model: one row of them would pool two methods."""
+
+
+def _per_identity(lines: pd.DataFrame, what: str) -> pd.DataFrame:
+    """How many of ``lines`` (named ``what``) each method and identity has: columns ``config_hash``,
+    ``identity``, ``label`` (the method's display names), ``said`` (``50 records``)."""
+    counted = lines.groupby(["config_hash", IDENTITY, "memory", "backbone"], observed=True).size()
+    rows = counted[counted > 0].reset_index(name="n")
+    return rows.assign(label=rows["memory"].astype(str) + " · " + rows["backbone"].astype(str),
+                       said=rows["n"].astype(str) + f" {what}")
+
+
+def one_identity(records: pd.DataFrame, memory: pd.DataFrame) -> None:
+    """Refuse (:class:`MixedIdentities`, naming the first such method's identities and their lines) a
+    method whose records and memory lines on record carry more than one identity (docs/records.md,
+    "Identity"): its shards or resumes ran other code or another model, and one row of them would pool
+    two methods' answers."""
+    counts = pd.concat([_per_identity(records, "records"), _per_identity(memory, "memory lines")])
+    mixed = counts.groupby("config_hash")[IDENTITY].nunique()
+    mixed = mixed[mixed > 1]
+    if mixed.empty:
+        return
+    first = str(mixed.index[0])
+    mine = counts[counts["config_hash"] == first]
+    each = "; ".join(f"{identity}: {', '.join(rows['said'])}" for identity, rows in mine.groupby(IDENTITY, sort=True))
+    more = f" (and {len(mixed) - 1} more methods)" if len(mixed) > 1 else ""
+    raise MixedIdentities(
+        f"{mine['label'].iloc[0]} [{first}]: its lines carry {int(mixed.iloc[0])} identities ({each}){more}: one row "
+        "would pool other code or another model; rerun=all the shards made by the other, or reduce them "
+        "apart; nothing written")
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:

@@ -13,7 +13,6 @@ check leaves nothing behind (Hydra's own job folder is removed again) and ``apm-
 from __future__ import annotations
 
 import difflib
-import json
 import logging
 import math
 import os
@@ -47,7 +46,7 @@ from apm.records.jsonl import latest_records
 from apm.records.redact import ENV_NAME, redact_data, register_config_secrets
 from apm.records.rundir import RunDir
 from apm.runner import latency, ledger, manifest
-from apm.runner.code import code_identity, code_parts, what_changed
+from apm.runner.code import code_identity, code_parts
 from apm.runner.config import (
     SUBSET_KEYS,
     ConfigError,
@@ -58,7 +57,8 @@ from apm.runner.config import (
     register,
     run_name,
 )
-from apm.runner.online import OnlineRun, RunStats, newest_memory_lines
+from apm.runner.identity import refuse_other_identity, with_models
+from apm.runner.online import OnlineRun, RunStats
 from apm.runner.preflight import preflight
 from apm.runner.request import describe, prepare_instance, state_dir_of
 from apm.runner.setup import RunSetup, frame_budget
@@ -92,16 +92,17 @@ PAPER_MAX_FRAMES = 1024
 """Section 4.1: Qwen-series and API models sample up to 1,024 frames."""
 
 
-def save_config(cfg: DictConfig, run_dir: Path) -> None:
-    """The resolved config, its hash and the release fingerprint, next to the records; the release
-    root is made absolute, so ``apm-judge`` finds the release from any working directory."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+def save_config(cfg: DictConfig, setup: RunSetup) -> None:
+    """The resolved config, its hash, the release fingerprint and the run's identity (its parts and their
+    digests, as lines carry them), next to the records; the release root is made absolute, so
+    ``apm-judge`` finds the release from any working directory."""
+    setup.run_dir.mkdir(parents=True, exist_ok=True)
     resolved = redact_data(OmegaConf.to_container(cfg, resolve=True))
     resolved["dataset"]["root"] = str(Path(cfg.dataset.root).expanduser().resolve())
-    parts = code_parts(cfg)
     saved = {"config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
-             "code": parts, "code_identity": code_identity(parts), "config": resolved}
-    write_json_atomically(RunDir(run_dir).config, saved)
+             "code": setup.identity["code"], "code_identity": setup.run_info["code"],
+             "model": setup.identity.get("model"), "model_identity": setup.run_info.get("model"), "config": resolved}
+    write_json_atomically(RunDir(setup.run_dir).config, saved)
 
 
 @dataclass(frozen=True)
@@ -301,7 +302,7 @@ def build_setup(cfg: DictConfig, hydra: DictConfig | None = None) -> tuple[RunSe
     writer = as_backbone(_instantiate(cfg.writer)) if cfg.writer is not None else backbone
     run_dir = run_dir_of(cfg)
     shard_label = f"shard-{cfg.shard.index}-of-{cfg.shard.count}"
-    code = code_identity(code_parts(cfg))
+    code = code_parts(cfg)
     for engine in {id(backbone): backbone, id(writer): writer}.values():
         engine.log_into(str(RunDir(run_dir).job(shard_label)))  # a served engine logs into the run
     plan = shard_plan(cfg, release)
@@ -310,7 +311,7 @@ def build_setup(cfg: DictConfig, hydra: DictConfig | None = None) -> tuple[RunSe
         run_dir=run_dir,
         run_info={"dataset": cfg.dataset.name, "memory": protocol.name, "backbone": backbone.name,
                   "config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
-                  "code": code, **method_identity(cfg, hydra),
+                  "code": code_identity(code), **method_identity(cfg, hydra),
                   **run_declarations(protocol, backbone, writer if cfg.writer is not None else None)},
         protocol=protocol,
         backbone=backbone,
@@ -325,6 +326,7 @@ def build_setup(cfg: DictConfig, hydra: DictConfig | None = None) -> tuple[RunSe
         fail_fast=cfg.fail_fast,
         latency_mode=cfg.latency_mode,
         wait_for_lock=cfg.shard.wait_for_lock,
+        identity={"code": code},
     )
     return setup, plan
 
@@ -337,8 +339,9 @@ async def run_async(cfg: DictConfig, strict: bool = False, hydra: DictConfig | N
     Hydra composed ``cfg`` (:func:`build_setup`); ``apm.run`` and ``apm-run`` pass it, so a method is
     one method whichever started it."""
     setup, plan = build_setup(cfg, hydra)
+    setup = await with_models(setup)
     if cfg.rerun != Rerun.all:
-        refuse_other_code(cfg, setup, plan)
+        refuse_other_identity(setup, {i.key for i in plan.instances}, {t.trajectory_id for t in plan.trajectories})
     async with _started(setup.backbone), _started(setup.writer if setup.writer is not setup.backbone else None):
         await preflight(setup, plan.run_trajectories, plan.run_instances, check=cfg.preflight,
                         warm_up=cfg.latency_mode)
@@ -355,32 +358,6 @@ async def run_async(cfg: DictConfig, strict: bool = False, hydra: DictConfig | N
     return stats
 
 
-def _saved_code(run_dir: Path) -> Any:
-    """The ``code`` parts the run's ``config.json`` names (``None``: no such file or field)."""
-    try:
-        return json.loads(RunDir(run_dir).config.read_text()).get("code")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def refuse_other_code(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> None:
-    """Stop with one line when the shard's records or memory lines on disk were made by other code
-    than this job's (``run.code``; lines from before code identities count as other code)."""
-    keys = {i.key for i in plan.instances}
-    trajectories = {t.trajectory_id for t in plan.trajectories}
-    mine = setup.run_info["code"]
-    records = [r for k, r in latest_records(RunDir(setup.run_dir).records).items()
-               if k in keys and r["run"].get("code") != mine]
-    memory = [m for (t, _), m in newest_memory_lines(RunDir(setup.run_dir).memory).items()
-              if t in trajectories and m["run"].get("code") != mine]
-    if not records and not memory:
-        return
-    why = what_changed(_saved_code(setup.run_dir), code_parts(cfg))
-    raise ConfigError(f"{setup.run_dir} holds {len(records)} records and {len(memory)} memory lines of "
-                      f"{setup.shard_label} made by other code (code {(records or memory)[0]['run'].get('code')}, "
-                      f"now {mine}: {why}); new code is a new run (another output_root), or rerun=all redoes this one")
-
-
 async def _recorded_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tuple[RunStats, _Tally]:
     """The run with what it leaves: config, manifest, plan and ledger events, records, the W&B run —
     all under the shard's lock, so a second job on the shard leaves no trace (docs/scale.md)."""
@@ -393,7 +370,7 @@ async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tupl
         print(f"apm-run: warning: {' '.join(plan.subset)}: this job runs {len(plan.run_instances)} of "
               f"{setup.shard_label}'s {len(plan.instances)} instances; its scores are not the benchmark's "
               "(apm-status shows the shard partial, apm-reduce marks the method partial)", file=sys.stderr)
-    save_config(cfg, setup.run_dir)
+    save_config(cfg, setup)
     job_manifest = RunDir(setup.run_dir).manifest(setup.shard_label)
     started = manifest.job_started(job_manifest, job_identity(cfg, setup, plan))
     ledger.job_started(setup.run_dir, setup.shard_label, plan.trajectories, plan.instances,
@@ -456,10 +433,10 @@ def job_overrides() -> list[str] | None:
 
 def job_identity(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> dict[str, Any]:
     """What a job's manifest says it ran: its shard, the part of it (``subset``, [] for all), the config
-    hash, the release, the code and the prompts."""
+    hash, the release, the code, the models and the prompts."""
     return {"shard": setup.shard_label, "subset": plan.subset, "config_hash": setup.run_info["config_hash"],
             "release_fingerprint": release_fingerprint(cfg.dataset.root), "code": setup.run_info["code"],
-            "prompt_version": PROMPT_VERSION}
+            "model": setup.run_info.get("model"), "prompt_version": PROMPT_VERSION}
 
 
 async def judge_inline(cfg: DictConfig, setup: RunSetup, keys: set[str]) -> None:

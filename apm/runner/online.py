@@ -38,6 +38,7 @@ from apm.data.instances import Instance, Turn, candidate_instances, instance_vie
 from apm.data.model import Release, Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
 from apm.prompts import turn_text
+from apm.records.identity import differing
 from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
 from apm.records.rundir import RunDir
 from apm.runner import causality, latency, streaming
@@ -206,11 +207,11 @@ class OnlineRun:
 
     def _redo(self, line: dict[str, Any]) -> bool:
         """Whether ``rerun`` runs a line's instance or update again: ``errors``, a line with an error;
-        ``all``, that too and any line made by other code (``run.code``), so a requeued or repeated
-        ``rerun=all`` resumes what it has redone instead of starting over."""
+        ``all``, that too and any line made by other code or another model (``run.code``, ``run.model``), so
+        a requeued or repeated ``rerun=all`` resumes what it has redone instead of starting over."""
         s = self.setup
         failed = s.rerun in (Rerun.errors, Rerun.all) and line.get("error") is not None
-        return failed or (s.rerun == Rerun.all and line["run"].get("code") != s.run_info.get("code"))
+        return failed or (s.rerun == Rerun.all and bool(differing(line["run"], s.run_info)))
 
     async def trajectory(self, traj: Trajectory, by_session: BySession, on_record: OnRecordByKey,
                          memory_done: dict[tuple[str, str], dict[str, Any]]) -> None:

@@ -26,7 +26,7 @@ class RunSetup:
     run_dir: Path
     run_info: dict[str, Any]
     """The ``run`` block copied onto every record and memory line (docs/records.md): ``dataset``, ``memory``,
-    ``backbone``, ``config_hash``, ``release_fingerprint``, ``code``, ``choices``, ``overrides``,
+    ``backbone``, ``config_hash``, ``release_fingerprint``, ``code``, ``model``, ``choices``, ``overrides``,
     ``declarations``, ``capabilities``."""
     protocol: MemoryProtocol | StreamingSystem
     backbone: Backbone
@@ -47,6 +47,9 @@ class RunSetup:
     latency_mode: bool = False
     """Isolated latency: memory updates wait for the instance slots too, and keys whose newest record
     was measured under load run again (``apm.runner.latency``)."""
+    identity: dict[str, Any] = field(default_factory=dict)
+    """What ``run.code`` and ``run.model`` are digests of: ``{"code": …, "model": …}`` (``config.json`` keeps
+    it, so a refusal can say what changed; ``model`` once ``apm.runner.identity.with_models`` named it)."""
     pristine: StreamingSystem | None = None
     """A streaming system's copy as configured, taken when the setup is made (before any run observed
     anything; ``None`` for a memory protocol). A setup derived with ``dataclasses.replace``

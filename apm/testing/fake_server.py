@@ -18,6 +18,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -47,6 +48,8 @@ class FakeServer:
     """Keep each chat request's headers and body in ``requests`` (tests; off for benchmarks)."""
     models: tuple[str, ...] | None = None
     """Served model names, as vLLM's ``--served-model-name``: another name gets vLLM's 404 (None: any)."""
+    model_info: dict[str, Any] = field(default_factory=dict)
+    """More fields of each ``GET /models`` entry (vLLM's ``root``, a ``revision``): what names the model served."""
     api_key: str | None = None
     """The key every request must carry as ``Authorization: Bearer …`` (401 otherwise); None: no key."""
     max_videos: int | None = None
@@ -134,7 +137,7 @@ class FakeServer:
             self.counts["401"] += 1
             await _send(writer, 401, _error("Unauthorized", 401))
         elif method == "GET" and path.endswith("/models"):
-            served = [{"id": m, "object": "model"} for m in self.models or ("fake",)]
+            served = [{"id": m, "object": "model", **self.model_info} for m in self.models or ("fake",)]
             await _send(writer, 200, json.dumps({"object": "list", "data": served}).encode())
         elif method == "POST" and path.endswith("/chat/completions"):
             self.inflight += 1
