@@ -7,9 +7,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from support.runner import GOOD_JUDGEMENT, compose_run, run, served
+
+from apm.data.model import Trajectory
+from apm.runner.streaming import keep_visible_state, visible_state_dir
 
 BLOCKED_S = 60
 """Longer than any of these commands takes on the tiny run; a reader blocked on a FIFO never returns."""
@@ -18,7 +22,8 @@ BLOCKED_S = 60
 @pytest.fixture(scope="module")
 def oracle_run(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("inputs")
-    return run(compose_run(tiny, tmp / "runs", tmp / "cache", ["memory=none", "backbone=oracle", "dataset.tasks=[ER,RCR]"]))
+    overrides = ["memory=none", "backbone=oracle", "dataset.tasks=[ER,RCR]"]
+    return run(compose_run(tiny, tmp / "runs", tmp / "cache", overrides))
 
 
 def _command(name: str, *args: str) -> str:
@@ -43,3 +48,34 @@ def test_a_fifo_among_a_runs_line_files_is_skipped_unopened(oracle_run: Path, tm
     viewed = _command("view", str(oracle_run), "--out", str(tmp_path / "site"))
     for said in (judged, reduced, viewed):
         assert "zz-pipe.jsonl" in said and "not a regular file (a FIFO)" in said, said[-2000:]
+
+
+LONG_ID = "S" + "x" * 104
+"""A session id the validator allows (120 characters at most as a file name) that named a 255+ byte folder."""
+
+
+@pytest.mark.parametrize("visible", [
+    (f"DAY1/{LONG_ID}1", f"DAY1/{LONG_ID}2", f"DAY2/{LONG_ID}3"),
+    (f"DAY1/{'%' * 40}", f"DAY2/{'é' * 40}", "DAY3/S3"),
+])
+def test_a_visible_sets_state_folder_has_a_usable_name(visible: tuple[str, ...], tmp_path: Path) -> None:
+    """An EA instance's visible-set state folder (and its ``.built.json``) can be made for any valid ids."""
+    state_dir = visible_state_dir(SimpleNamespace(run_dir=tmp_path), _trajectory("T1"), visible)
+    state_dir.mkdir(parents=True)
+    keep_visible_state(state_dir)
+    assert state_dir.is_dir() and len(state_dir.name.encode()) <= 255 - len(".built.json")
+
+
+def test_distinct_visible_sets_have_distinct_state_folders(tmp_path: Path) -> None:
+    """Ids holding ``+``, ``-`` or ``%`` cannot make two visible sets share one state folder; plain ids keep
+    the readable name earlier runs made (so a resumed run finds its folders)."""
+    sets = [("DAY1/S1+DAY1-S2", "DAY2/S9"), ("DAY1/S1", "DAY1/S2", "DAY2/S9"), ("DAY1/S1-DAY1", "DAY1/S2", "DAY2/S9"),
+            ("DAY1/S1%2B", "DAY2/S9"), ("DAY1/S1+", "DAY2/S9")]
+    names = {visible_state_dir(SimpleNamespace(run_dir=tmp_path), _trajectory("T1"), v).name for v in sets}
+    assert len(names) == len(sets)
+    plain = ("DAY1/S001", "DAY1/S002", "DAY2/S3")
+    assert visible_state_dir(SimpleNamespace(run_dir=tmp_path), _trajectory("T1"), plain) == tmp_path / "memory_state_visible" / "T1" / "DAY1-S001+DAY1-S002"
+
+
+def _trajectory(trajectory_id: str) -> Trajectory:
+    return Trajectory(trajectory_id, "synthetic", "", ())
