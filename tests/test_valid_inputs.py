@@ -3,7 +3,9 @@ odd session ids, damaged run files, a video outside the release."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +34,14 @@ def _command(name: str, *args: str) -> str:
                           timeout=BLOCKED_S, env={**os.environ, "WANDB_MODE": "disabled", "APM_JUDGE_KEY": "k"})
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     return done.stdout + done.stderr
+
+
+def _failing(name: str, *args: str) -> str:
+    """Run ``apm-<name> args``, which must refuse (exit 1 or 2, no traceback); what it said on stderr."""
+    done = subprocess.run([sys.executable, "-m", f"apm.cli.{name}", *args], capture_output=True, text=True,
+                          timeout=BLOCKED_S, env={**os.environ, "WANDB_MODE": "disabled", "APM_JUDGE_KEY": "k"})
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr[-2000:]
+    return done.stderr
 
 
 def test_a_fifo_among_a_runs_line_files_is_skipped_unopened(oracle_run: Path, tmp_path: Path) -> None:
@@ -74,8 +84,39 @@ def test_distinct_visible_sets_have_distinct_state_folders(tmp_path: Path) -> No
     names = {visible_state_dir(SimpleNamespace(run_dir=tmp_path), _trajectory("T1"), v).name for v in sets}
     assert len(names) == len(sets)
     plain = ("DAY1/S001", "DAY1/S002", "DAY2/S3")
-    assert visible_state_dir(SimpleNamespace(run_dir=tmp_path), _trajectory("T1"), plain) == tmp_path / "memory_state_visible" / "T1" / "DAY1-S001+DAY1-S002"
+    named = visible_state_dir(SimpleNamespace(run_dir=tmp_path), _trajectory("T1"), plain)
+    assert named == tmp_path / "memory_state_visible" / "T1" / "DAY1-S001+DAY1-S002"
 
 
 def _trajectory(trajectory_id: str) -> Trajectory:
     return Trajectory(trajectory_id, "synthetic", "", ())
+
+
+DAMAGES = {
+    "plan.json without keys": ("jobs/shard-0-of-1/plan.json", lambda d: {k: v for k, v in d.items() if k != "keys"},
+                               "field keys is missing"),
+    "plan.json keys not a list": ("jobs/shard-0-of-1/plan.json", lambda d: {**d, "keys": 5},
+                                  "field keys is not a list of instance keys"),
+    "config.json without dataset": ("config.json", lambda d: {**d, "config": {}}, "field config.dataset is missing"),
+    "config.json root not a string": ("config.json", lambda d: {**d, "config": {**d["config"], "dataset": {"root": 3}}},
+                                      "field config.dataset.root is not a path"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_run_file_is_one_line_naming_file_field_and_fix(damage: str, oracle_run: Path,
+                                                                  tmp_path: Path) -> None:
+    """A ``plan.json`` or ``config.json`` whose fields are damaged: each command that reads it says, in one
+    line, which file, which field and how to rewrite it (never ``KeyError: 'keys'``)."""
+    name, damaged, field = DAMAGES[damage]
+    copy = tmp_path / "run"
+    shutil.copytree(oracle_run, copy, ignore=shutil.ignore_patterns("zz-pipe.jsonl"))
+    path = copy / name
+    path.write_text(json.dumps(damaged(json.loads(path.read_text()))))
+    readers = {"status": [str(copy)], "reduce": [str(copy), "--out", str(tmp_path / "out"), "--bootstrap", "0"]} \
+        if name.endswith("plan.json") else \
+        {"view": [str(copy), "--out", str(tmp_path / "site")],
+         "judge": [str(copy), "judge=deepseek_v4_flash", "judge.base_url=http://127.0.0.1:9/v1", "--no-preflight"]}
+    for command, args in readers.items():
+        said = _failing(command, *args)
+        assert f"{path}: damaged: {field}" in said and "rerun" in said and len(said.strip().splitlines()) == 1, said
