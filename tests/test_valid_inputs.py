@@ -15,6 +15,8 @@ import pytest
 from support.runner import GOOD_JUDGEMENT, compose_run, run, served
 
 from apm.data.model import Trajectory
+from apm.data.problems import ReleaseError
+from apm.data.release import load_release
 from apm.runner.streaming import keep_visible_state, visible_state_dir
 
 BLOCKED_S = 60
@@ -120,3 +122,29 @@ def test_a_damaged_run_file_is_one_line_naming_file_field_and_fix(damage: str, o
     for command, args in readers.items():
         said = _failing(command, *args)
         assert f"{path}: damaged: {field}" in said and "rerun" in said and len(said.strip().splitlines()) == 1, said
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_a_video_linked_outside_the_release_is_refused(tiny: Path, tmp_path: Path, link: str) -> None:
+    """A session video (or its folder) that is a symlink out of the release: ``apm-data validate`` and the
+    release loader refuse it, naming the session's video field; a link inside the release is fine."""
+    release = tmp_path / "release"
+    shutil.copytree(tiny, release)
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(release / "videos" / "syn001", outside)
+    if link == "file":
+        video = release / "videos" / "syn001" / "DAY1_S001.mp4"
+        video.unlink()
+        video.symlink_to(outside / "DAY1_S001.mp4")
+    else:
+        shutil.rmtree(release / "videos" / "syn001")
+        (release / "videos" / "syn001").symlink_to(outside)
+    with pytest.raises(ReleaseError, match=r"sessions\[0\]\.video: .*outside the release"):
+        load_release(release, check_videos=False)
+    said = _failing("data", "validate", str(release))
+    assert "outside the release" in said and "Traceback" not in said
+    folder = release / "videos" / "syn001"
+    shutil.move(outside, release / "inside")
+    folder.unlink() if folder.is_symlink() else shutil.rmtree(folder)
+    folder.symlink_to(release / "inside")
+    assert load_release(release).trajectories
