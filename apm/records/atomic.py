@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from apm.records.redact import redact, redact_data
 from apm.records.rundir import RunDir, not_regular
 
 
@@ -37,6 +38,14 @@ def write_atomically(path: Path, data: bytes, sync: bool = True) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def write_redacted(path: Path, value: Any, sync: bool = True) -> Path:
+    """:func:`write_atomically` of text a model may have written (a memory note, a system's kept state, a
+    prompt's text part), every registered secret masked (:mod:`apm.records.redact`): a string as UTF-8,
+    anything else as JSON (as ``json.dumps`` writes it)."""
+    text = redact(value) if isinstance(value, str) else json.dumps(redact_data(value))
+    return write_atomically(path, text.encode("utf-8"), sync)
 
 
 def write_json_atomically(path: Path, value: Any) -> Path:

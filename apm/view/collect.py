@@ -33,6 +33,7 @@ from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
 from apm.records.model import InstanceRecord, JudgementLine, named
 from apm.records.prompts import NOT_KEPT, PromptUnavailable, restore, text_digest, text_path
+from apm.records.redact import register_config_secrets
 from apm.records.rundir import RunDir, find_runs
 from apm.reduce import RunSet, check_preference, load_runs, score_table
 from apm.reduce.coverage import PARTIAL, coverage_by_method
@@ -119,6 +120,7 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[ViewedRun]:
 
 def _run_dir(path: Path, shown: str) -> ViewedRun:
     saved = read_run_config(path)
+    register_config_secrets(saved["config"])  # the site masks the keys the run's engines read (site._json)
     return ViewedRun(path, str(saved["config_hash"]), saved["config"], shown, saved.get("release_fingerprint"))
 
 
