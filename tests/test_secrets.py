@@ -178,6 +178,7 @@ def test_a_key_in_a_models_answer_reaches_no_file(tiny: Path, tmp_path: Path) ->
     _assert_no_stage_leaks(tmp_path, done, env)
 
 
+@pytest.mark.parametrize("form", USERINFO_FORMS)
 def test_credentials_in_an_engine_url_are_refused_before_anything_is_written(tiny: Path, tmp_path: Path,
                                                                              form: str) -> None:
     url, secrets = USERINFO_FORMS[form]
