@@ -32,16 +32,26 @@ def oracle_run(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _command(name: str, *args: str) -> str:
     """Run ``apm-<name> args`` as a user would (killed, failing the test, if it blocks); what it said."""
-    done = subprocess.run([sys.executable, "-m", f"apm.cli.{name}", *args], capture_output=True, text=True,
-                          timeout=BLOCKED_S, env={**os.environ, "WANDB_MODE": "disabled", "APM_JUDGE_KEY": "k"})
+    done = subprocess.run(
+        [sys.executable, "-m", f"apm.cli.{name}", *args],
+        capture_output=True,
+        text=True,
+        timeout=BLOCKED_S,
+        env={**os.environ, "WANDB_MODE": "disabled", "APM_JUDGE_KEY": "k"},
+    )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     return done.stdout + done.stderr
 
 
 def _failing(name: str, *args: str) -> str:
     """Run ``apm-<name> args``, which must refuse (exit 1 or 2, no traceback); what it said on stderr."""
-    done = subprocess.run([sys.executable, "-m", f"apm.cli.{name}", *args], capture_output=True, text=True,
-                          timeout=BLOCKED_S, env={**os.environ, "WANDB_MODE": "disabled", "APM_JUDGE_KEY": "k"})
+    done = subprocess.run(
+        [sys.executable, "-m", f"apm.cli.{name}", *args],
+        capture_output=True,
+        text=True,
+        timeout=BLOCKED_S,
+        env={**os.environ, "WANDB_MODE": "disabled", "APM_JUDGE_KEY": "k"},
+    )
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr[-2000:]
     return done.stderr
 
@@ -53,8 +63,14 @@ def test_a_fifo_among_a_runs_line_files_is_skipped_unopened(oracle_run: Path, tm
         (oracle_run / kind).mkdir(exist_ok=True)
         os.mkfifo(oracle_run / kind / "zz-pipe.jsonl")
     with served(reply=GOOD_JUDGEMENT) as server:
-        judged = _command("judge", str(oracle_run), "judge=deepseek_v4_flash", f"judge.base_url={server.base_url}",
-                          "judge.api_key_env=APM_JUDGE_KEY", "--no-preflight")
+        judged = _command(
+            "judge",
+            str(oracle_run),
+            "judge=deepseek_v4_flash",
+            f"judge.base_url={server.base_url}",
+            "judge.api_key_env=APM_JUDGE_KEY",
+            "--no-preflight",
+        )
     _command("status", str(oracle_run))
     reduced = _command("reduce", str(oracle_run), "--out", str(tmp_path / "out"), "--bootstrap", "0", "--no-figures")
     viewed = _command("view", str(oracle_run), "--out", str(tmp_path / "site"))
@@ -66,10 +82,13 @@ LONG_ID = "S" + "x" * 104
 """A session id the validator allows (120 characters at most as a file name) that named a 255+ byte folder."""
 
 
-@pytest.mark.parametrize("visible", [
-    (f"DAY1/{LONG_ID}1", f"DAY1/{LONG_ID}2", f"DAY2/{LONG_ID}3"),
-    (f"DAY1/{'%' * 40}", f"DAY2/{'é' * 40}", "DAY3/S3"),
-])
+@pytest.mark.parametrize(
+    "visible",
+    [
+        (f"DAY1/{LONG_ID}1", f"DAY1/{LONG_ID}2", f"DAY2/{LONG_ID}3"),
+        (f"DAY1/{'%' * 40}", f"DAY2/{'é' * 40}", "DAY3/S3"),
+    ],
+)
 def test_a_visible_sets_state_folder_has_a_usable_name(visible: tuple[str, ...], tmp_path: Path) -> None:
     """An EA instance's visible-set state folder (and its ``.built.json``) can be made for any valid ids."""
     state_dir = visible_state_dir(SimpleNamespace(run_dir=tmp_path), _trajectory("T1"), visible)
@@ -81,8 +100,13 @@ def test_a_visible_sets_state_folder_has_a_usable_name(visible: tuple[str, ...],
 def test_distinct_visible_sets_have_distinct_state_folders(tmp_path: Path) -> None:
     """Ids holding ``+``, ``-`` or ``%`` cannot make two visible sets share one state folder; plain ids keep
     the readable name earlier runs made (so a resumed run finds its folders)."""
-    sets = [("DAY1/S1+DAY1-S2", "DAY2/S9"), ("DAY1/S1", "DAY1/S2", "DAY2/S9"), ("DAY1/S1-DAY1", "DAY1/S2", "DAY2/S9"),
-            ("DAY1/S1%2B", "DAY2/S9"), ("DAY1/S1+", "DAY2/S9")]
+    sets = [
+        ("DAY1/S1+DAY1-S2", "DAY2/S9"),
+        ("DAY1/S1", "DAY1/S2", "DAY2/S9"),
+        ("DAY1/S1-DAY1", "DAY1/S2", "DAY2/S9"),
+        ("DAY1/S1%2B", "DAY2/S9"),
+        ("DAY1/S1+", "DAY2/S9"),
+    ]
     names = {visible_state_dir(SimpleNamespace(run_dir=tmp_path), _trajectory("T1"), v).name for v in sets}
     assert len(names) == len(sets)
     plain = ("DAY1/S001", "DAY1/S002", "DAY2/S3")
@@ -95,19 +119,29 @@ def _trajectory(trajectory_id: str) -> Trajectory:
 
 
 DAMAGES = {
-    "plan.json without keys": ("jobs/shard-0-of-1/plan.json", lambda d: {k: v for k, v in d.items() if k != "keys"},
-                               "field keys is missing"),
-    "plan.json keys not a list": ("jobs/shard-0-of-1/plan.json", lambda d: {**d, "keys": 5},
-                                  "field keys is not a list of instance keys"),
+    "plan.json without keys": (
+        "jobs/shard-0-of-1/plan.json",
+        lambda d: {k: v for k, v in d.items() if k != "keys"},
+        "field keys is missing",
+    ),
+    "plan.json keys not a list": (
+        "jobs/shard-0-of-1/plan.json",
+        lambda d: {**d, "keys": 5},
+        "field keys is not a list of instance keys",
+    ),
     "config.json without dataset": ("config.json", lambda d: {**d, "config": {}}, "field config.dataset is missing"),
-    "config.json root not a string": ("config.json", lambda d: {**d, "config": {**d["config"], "dataset": {"root": 3}}},
-                                      "field config.dataset.root is not a path"),
+    "config.json root not a string": (
+        "config.json",
+        lambda d: {**d, "config": {**d["config"], "dataset": {"root": 3}}},
+        "field config.dataset.root is not a path",
+    ),
 }
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
-def test_a_damaged_run_file_is_one_line_naming_file_field_and_fix(damage: str, oracle_run: Path,
-                                                                  tmp_path: Path) -> None:
+def test_a_damaged_run_file_is_one_line_naming_file_field_and_fix(
+    damage: str, oracle_run: Path, tmp_path: Path
+) -> None:
     """A ``plan.json`` or ``config.json`` whose fields are damaged: each command that reads it says, in one
     line, which file, which field and how to rewrite it (never ``KeyError: 'keys'``)."""
     name, damaged, field = DAMAGES[damage]
@@ -115,10 +149,14 @@ def test_a_damaged_run_file_is_one_line_naming_file_field_and_fix(damage: str, o
     shutil.copytree(oracle_run, copy, ignore=shutil.ignore_patterns("zz-pipe.jsonl"))
     path = copy / name
     path.write_text(json.dumps(damaged(json.loads(path.read_text()))))
-    readers = {"status": [str(copy)], "reduce": [str(copy), "--out", str(tmp_path / "out"), "--bootstrap", "0"]} \
-        if name.endswith("plan.json") else \
-        {"view": [str(copy), "--out", str(tmp_path / "site")],
-         "judge": [str(copy), "judge=deepseek_v4_flash", "judge.base_url=http://127.0.0.1:9/v1", "--no-preflight"]}
+    readers = (
+        {"status": [str(copy)], "reduce": [str(copy), "--out", str(tmp_path / "out"), "--bootstrap", "0"]}
+        if name.endswith("plan.json")
+        else {
+            "view": [str(copy), "--out", str(tmp_path / "site")],
+            "judge": [str(copy), "judge=deepseek_v4_flash", "judge.base_url=http://127.0.0.1:9/v1", "--no-preflight"],
+        }
+    )
     for command, args in readers.items():
         said = _failing(command, *args)
         assert f"{path}: damaged: {field}" in said and "rerun" in said and len(said.strip().splitlines()) == 1, said
