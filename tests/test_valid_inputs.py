@@ -56,24 +56,29 @@ def _failing(name: str, *args: str) -> str:
     return done.stderr
 
 
-def test_a_fifo_among_a_runs_line_files_is_skipped_unopened(oracle_run: Path, tmp_path: Path) -> None:
-    """A FIFO named like a line file in ``records/``, ``judgements/`` and ``memory/`` blocks no command:
-    ``apm-judge``, ``apm-status``, ``apm-reduce`` and ``apm-view`` finish, the readers naming it."""
+def test_a_fifo_among_a_runs_files_is_skipped_unopened(oracle_run: Path, tmp_path: Path) -> None:
+    """A FIFO named like a line file in ``records/``, ``judgements/`` and ``memory/``, and one in place of a
+    kept prompt text, block no command: ``apm-judge``, ``apm-status``, ``apm-reduce`` and ``apm-view``
+    finish, the readers naming it."""
+    run_dir = shutil.copytree(oracle_run, tmp_path / "run")
     for kind in ("records", "judgements", "memory"):
-        (oracle_run / kind).mkdir(exist_ok=True)
-        os.mkfifo(oracle_run / kind / "zz-pipe.jsonl")
+        (run_dir / kind).mkdir(exist_ok=True)
+        os.mkfifo(run_dir / kind / "zz-pipe.jsonl")
+    for text in sorted((run_dir / "prompts").glob("*.txt")):
+        text.unlink()
+        os.mkfifo(text)
     with served(reply=GOOD_JUDGEMENT) as server:
         judged = _command(
             "judge",
-            str(oracle_run),
+            str(run_dir),
             "judge=deepseek_v4_flash",
             f"judge.base_url={server.base_url}",
             "judge.api_key_env=APM_JUDGE_KEY",
             "--no-preflight",
         )
-    _command("status", str(oracle_run))
-    reduced = _command("reduce", str(oracle_run), "--out", str(tmp_path / "out"), "--bootstrap", "0", "--no-figures")
-    viewed = _command("view", str(oracle_run), "--out", str(tmp_path / "site"))
+    _command("status", str(run_dir))
+    reduced = _command("reduce", str(run_dir), "--out", str(tmp_path / "out"), "--bootstrap", "0", "--no-figures")
+    viewed = _command("view", str(run_dir), "--out", str(tmp_path / "site"))
     for said in (judged, reduced, viewed):
         assert "zz-pipe.jsonl" in said and "not a regular file (a FIFO)" in said, said[-2000:]
 
@@ -146,7 +151,7 @@ def test_a_damaged_run_file_is_one_line_naming_file_field_and_fix(
     line, which file, which field and how to rewrite it (never ``KeyError: 'keys'``)."""
     name, damaged, field = DAMAGES[damage]
     copy = tmp_path / "run"
-    shutil.copytree(oracle_run, copy, ignore=shutil.ignore_patterns("zz-pipe.jsonl"))
+    shutil.copytree(oracle_run, copy)
     path = copy / name
     path.write_text(json.dumps(damaged(json.loads(path.read_text()))))
     readers = (
