@@ -30,28 +30,27 @@ def oracle_run(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run(compose_run(tiny, tmp / "runs", tmp / "cache", overrides))
 
 
-def _command(name: str, *args: str) -> str:
-    """Run ``apm-<name> args`` as a user would (killed, failing the test, if it blocks); what it said."""
-    done = subprocess.run(
+def _run_cli(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``apm-<name> args`` as a user would (killed, failing the test, if it blocks)."""
+    return subprocess.run(
         [sys.executable, "-m", f"apm.cli.{name}", *args],
         capture_output=True,
         text=True,
         timeout=BLOCKED_S,
         env={**os.environ, "WANDB_MODE": "disabled", "APM_JUDGE_KEY": "k"},
     )
+
+
+def _command(name: str, *args: str) -> str:
+    """``apm-<name> args``, which must succeed; what it said."""
+    done = _run_cli(name, *args)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     return done.stdout + done.stderr
 
 
 def _failing(name: str, *args: str) -> str:
-    """Run ``apm-<name> args``, which must refuse (exit 1 or 2, no traceback); what it said on stderr."""
-    done = subprocess.run(
-        [sys.executable, "-m", f"apm.cli.{name}", *args],
-        capture_output=True,
-        text=True,
-        timeout=BLOCKED_S,
-        env={**os.environ, "WANDB_MODE": "disabled", "APM_JUDGE_KEY": "k"},
-    )
+    """``apm-<name> args``, which must refuse (exit 1 or 2, no traceback); what it said on stderr."""
+    done = _run_cli(name, *args)
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr[-2000:]
     return done.stderr
 
