@@ -169,7 +169,7 @@ def test_figures_name_what_their_partial_methods_miss(tmp_path):
     root = fixtures.synthetic_run(tmp_path / "run", info, trajectories=4, seed=5)
     keys = [json.loads(line)["key"] for line in (root / "records" / "shard-0.jsonl").read_text().splitlines()]
     (root / "config.json").write_text(json.dumps({"config_hash": info["config_hash"]}))
-    plan = {"keys": keys + ["T9/never/run"], "trajectories": [], "selected": len(keys) + 1,
+    plan = {"keys": keys + ["T9/never/run"], "instances": len(keys) + 1, "trajectories": [], "selected": len(keys) + 1,
             "population": len(keys) + 1}
     (root / "jobs" / "shard-0-of-1").mkdir(parents=True)
     (root / "jobs" / "shard-0-of-1" / "plan.json").write_text(json.dumps(plan))

@@ -104,11 +104,13 @@ def test_invalid_replies_are_retried_then_recorded_as_failed(oracle_run, monkeyp
 
 
 @pytest.mark.parametrize("reply,message", [
-    ("not json", "not JSON"),
+    ("not json", "not JSON as the rubric asks: \\(syntax\\)"),
     (GOOD_JUDGEMENT.replace('"score": 4', '"score": 4.0'), "integer 1-5"),
     (GOOD_JUDGEMENT.replace('"pass"', '"pass|partial|fail"', 1), "task_fidelity"),
     (GOOD_JUDGEMENT.replace('"critical_issues": [], ', ''), "keys must be exactly"),
     (json.dumps({**json.loads(GOOD_JUDGEMENT), "extra": 1}), "keys must be exactly"),
+    (GOOD_JUDGEMENT.replace('"score": 4', '"score": 1, "score": 5'), "score: appears twice"),
+    (GOOD_JUDGEMENT.replace('"pass"', '"fail", "task_fidelity": "pass"', 1), "task_fidelity: appears twice"),
 ])
 def test_reply_must_be_exactly_the_rubric_json(reply, message):
     with pytest.raises(ValueError, match=message):

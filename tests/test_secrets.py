@@ -99,10 +99,12 @@ def _serve(*flags: str, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
 
 
 def _run(tiny: Path, tmp: Path, base_url: str, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    """``apm-run`` of an OpenAI-compatible backbone at ``base_url`` (``memory=none`` unless ``extra`` names one)."""
+    memory = [] if any(e.startswith("memory=") for e in extra) else ["memory=none"]
     return subprocess.run(
         [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={tmp / 'runs'}",
          f"frames.cache_dir={tmp / 'cache'}", "logging.progress=false", "logging.wandb.mode=offline",
-         "memory=none", "backbone=openai_compatible", f"backbone.base_url={base_url}", "backbone.model=m",
+         *memory, "backbone=openai_compatible", f"backbone.base_url={base_url}", "backbone.model=m",
          "backbone.api_key_env=APM_TEST_KEY", "dataset.limit=6", "preflight=false", *extra],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )
@@ -131,10 +133,17 @@ def test_no_byte_written_by_any_stage_holds_a_secret(tiny: Path, tmp_path: Path)
     records = list((tmp_path / "runs").rglob("records/*.jsonl"))
     assert records and done.returncode == 1, done.stderr  # every instance refused, quoting the key
     assert "Authorization: Bearer ***" in records[0].read_text()
+    _assert_no_stage_leaks(tmp_path, done, env)
+
+
+def _assert_no_stage_leaks(tmp_path: Path, done: subprocess.CompletedProcess, env: dict[str, str]) -> None:
+    """After the run ``done`` under ``tmp_path/runs``: the report (with its W&B runs), the site and the
+    published W&B runs; no file anywhere, and nothing any stage said, holds the key or the token, in any form."""
     said = [done]
     runs = str(tmp_path / "runs")
     said.append(_command("apm.cli.reduce", runs, "--out", str(tmp_path / "report"), "--no-figures", "--bootstrap",
-                         "0", "--wandb", "--wandb-mode", "offline", "--wandb-dir", str(tmp_path / "reported"), env=env))
+                         "0", "--wandb", "--wandb-mode", "offline", "--wandb-dir", str(tmp_path / "reported"),
+                         "--allow-unjudged", env=env))
     said.append(_command("apm.cli.view", runs, "--out", str(tmp_path / "site"), env=env))
     said.append(_command("apm.cli.publish", runs, "--dir", str(tmp_path / "published"), "--bootstrap", "0", env=env))
     assert [d.returncode for d in said[1:]] == [0, 0, 0], [d.stderr[-500:] for d in said[1:]]
@@ -146,6 +155,27 @@ def test_no_byte_written_by_any_stage_holds_a_secret(tiny: Path, tmp_path: Path)
     for secret in (*_forms(KEY), *_forms(TOKEN)):
         assert not [d for d in said if secret in d.stdout + d.stderr]
         assert not _leaks(tmp_path, secret), secret
+
+
+def test_a_key_in_a_models_answer_reaches_no_file(tiny: Path, tmp_path: Path) -> None:
+    """A model that answers with the key (the backbone's and the summary writer's replies): the text
+    summaries, the prompt store (later prompts quote the summaries), the site and the W&B tables of
+    every stage hold it masked, as the records do."""
+    env = {**os.environ, "APM_TEST_KEY": KEY, "WANDB_SILENT": "true"}
+    server, port = _serve("--reply", f"A. The code on the note reads {KEY}.", env=env)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        done = _run(tiny, tmp_path, base_url, env, "memory=text_summary", "+backbone@writer=openai_compatible",
+                    f"writer.base_url={base_url}", "writer.model=m", "writer.api_key_env=APM_TEST_KEY",
+                    )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert done.returncode == 0, done.stderr[-2000:]
+    notes = [p for p in (tmp_path / "runs").rglob("memory_state/*/*") if p.is_file()]
+    assert notes and all("***" in p.read_text() for p in notes)
+    assert any("***" in p.read_text() for p in (tmp_path / "runs").rglob("prompts/**/*") if p.is_file())
+    _assert_no_stage_leaks(tmp_path, done, env)
 
 
 @pytest.mark.parametrize("form", USERINFO_FORMS)

@@ -21,6 +21,7 @@ from apm.data.tasks import ADAPTIVE, CROSS_SESSION, EA, MCQA_TASKS, TASKS
 from apm.records.atomic import OutputRefused
 from apm.synth import generate, read_scene, read_sign, state_at, wording
 from apm.synth import writer as synth_writer
+from apm.synth.candidates import quota
 from apm.synth.world import ACTIONS, SCALES, WORDS, ZONE_PLACES, ZONE_RELATIVE, ZONES
 
 SEED = 7
@@ -471,6 +472,27 @@ def test_scene_reads_back_after_resizing() -> None:
             assert read_sign(small, words) == state.sign
 
 
+PAPER_CANDIDATES = {"ER": 327, "EST": 298, "TR": 262, "ACR": 202, "CT": 195, "OCR": 166, "STU": 153,
+                    "ERA": 210, "RCR": 210, "MPA": 232, "PRM": 232, "TPG": 232}
+"""The paper's candidates per task: MCQA from Table 4 (each accuracy is a count over these, e.g.
+SimpleStream's ER 27.52 = 90/327), 887 cross-session + 716 perception (Section 3.3)."""
+
+
+def test_paper_plan_splits_the_papers_candidates_per_task() -> None:
+    """The paper scale's plan (before any world is drawn or video rendered) has Table 4's per-task MCQA
+    populations, 887 cross-session / 716 perception, 3,768 adaptive probes and 130 + 130 EA, and the
+    trajectories' quotas add up to exactly those totals."""
+    scale = SCALES["paper"]
+    plan = scale.plan
+    assert plan is not None and dict(plan.candidates) == PAPER_CANDIDATES
+    assert sum(plan.candidates[t] for t in CROSS_SESSION) == 887
+    assert sum(plan.candidates[t] for t in MCQA_TASKS if t not in CROSS_SESSION) == 716
+    assert sum(plan.candidates[t] * plan.probes[t] for t in ADAPTIVE) == 3768 and plan.ea == (130, 130)
+    quotas = [quota(scale, i) for i in range(scale.trajectories)]
+    assert {t: sum(q.per_task[t] for q in quotas) for t in TASKS} == PAPER_CANDIDATES
+    assert tuple(sum(q.ea[i] for q in quotas if q.ea) for i in (0, 1)) == (130, 130)
+
+
 def test_paper_scale_has_the_papers_populations(tmp_path: Path) -> None:
     """Seed 0's paper scale mines the paper's populations exactly (videos not written): 104 trajectories,
     549 sessions, 2,719 candidates (1,603 MCQA + 1,116 adaptive), 5,371 probes of the 12 tasks (3,768 adaptive)
@@ -481,7 +503,7 @@ def test_paper_scale_has_the_papers_populations(tmp_path: Path) -> None:
     release = load_release(tmp_path, check_videos=False)
     assert len(release.trajectories) == 104 and sum(len(t.sessions) for t in release.trajectories) == 549
     candidates = Counter(c.task for c in release.candidates)
-    assert candidates == {**{t: 229 for t in MCQA_TASKS}, "ERA": 210, "RCR": 210, "MPA": 232, "PRM": 232, "TPG": 232}
+    assert candidates == PAPER_CANDIDATES
     assert sum(candidates[t] for t in MCQA_TASKS) == 1603 and sum(candidates[t] for t in ADAPTIVE) == 1116
     probes = Counter(i.task for i in release_instances(release))
     assert sum(probes[t] for t in ADAPTIVE) == 3768 and sum(probes[t] for t in TASKS) == 5371 and probes[EA] == 260

@@ -14,7 +14,7 @@ from apm.api.reduce import OWNER, Incomplete, ReduceResult, Unjudged, reduce_run
 from apm.errors import OneLineParser, console_script
 from apm.publish.report import report_run, wandb_usable
 from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sync_command
-from apm.records.atomic import OutputRefused
+from apm.records.atomic import DamagedRunFile, OutputRefused
 from apm.reduce.load import MixedIdentities, MixedReleases, UnmatchedPreference
 
 PROG = OWNER
@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Incomplete as e:
         print(f"{PROG}: --complete: {e} (above); nothing written", file=sys.stderr)
         return 2
-    except (OutputRefused, MixedReleases, MixedIdentities, UnmatchedPreference, Unjudged) as e:
+    except (OutputRefused, MixedReleases, MixedIdentities, UnmatchedPreference, Unjudged, DamagedRunFile) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:

@@ -8,7 +8,11 @@ only place a path is built from an id, and it holds even for an id that was neve
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 
 from apm.data.model import Session
@@ -40,6 +44,25 @@ def id_path(parent: Path, id_: str, suffix: str = "") -> Path:
 def session_path(parent: Path, session: Session, suffix: str) -> Path:
     """A session's file in a state folder: ``<index>_<day>_<session><suffix>``, names sorting in session order."""
     return id_path(parent, f"{session.index:04d}_{session.day_id}_{session.session_id}", suffix)
+
+
+MAX_SET_NAME_CHARS = 200
+"""The longest readable name of a set of sessions; a longer set is named by its digest (a name, with a
+suffix such as ``.built.json``, must stay within the 255 bytes file systems allow)."""
+DIGEST_NAME = "sha256="
+"""The prefix of a set's digest name: ``=`` is in no readable name (escaped there as ``%3D``)."""
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+/[A-Za-z0-9_]+")
+
+
+def sessions_name(keys: Sequence[str]) -> str:
+    """One file name for a set of sessions (``day/session`` keys, in order), distinct for distinct sets:
+    ``DAY1-S001+DAY1-S002`` while every id is letters, digits and ``_`` (the form earlier runs wrote), a
+    key with any other character :func:`safe_name`-escaped (``DAY1%2FS-1``: ``+`` and ``/`` escaped too),
+    and ``sha256=<hex>`` of the keys when that would exceed :data:`MAX_SET_NAME_CHARS`."""
+    name = "+".join(key.replace("/", "-") if _PLAIN_KEY.fullmatch(key) else safe_name(key) for key in keys)
+    if len(name) <= MAX_SET_NAME_CHARS:
+        return name
+    return DIGEST_NAME + hashlib.sha256(json.dumps(list(keys)).encode()).hexdigest()
 
 
 def id_problem(id_: str) -> str | None:

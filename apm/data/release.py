@@ -23,6 +23,7 @@ from apm.data.validate import (
     check_candidate_ids,
     check_original,
     day_problem,
+    video_link_problem,
     video_path_problem,
 )
 from apm.data.videoprobe import video_duration
@@ -124,6 +125,10 @@ def _sessions(loc: Located, i: int, raw: dict[str, Any], root: Path) -> tuple[Se
         if s1 < e0:
             overlap = f"session {b['day_id']}/{b['session_id']} overlaps {a['day_id']}/{a['session_id']}"
             loc.error((i, "sessions", j1, "start_time"), overlap)
+            ok = False
+    for j, s in enumerate(raw["sessions"]):
+        if problem := video_link_problem(root, s["video"]):
+            loc.error((i, "sessions", j, "video"), problem)
             ok = False
     if not ok:
         return None

@@ -9,8 +9,9 @@ released no later than the probe that needs them).
 from __future__ import annotations
 
 import json
+import os
 from functools import cached_property
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Mapping
 
 from apm.data import clock
@@ -125,6 +126,18 @@ def day_problem(day_id: str) -> str | None:
     if len(digits) > len(str(MAX_DAY)) or int(digits) > MAX_DAY:
         return f"day number above {MAX_DAY}: {day_id[:20]!r}"
     return None
+
+
+def video_link_problem(root: Path, video: str) -> str | None:
+    """Why ``root/video`` is not inside the release once its links are followed (None when it is, or is
+    not there, or not a relative path: :func:`video_path_problem`): a session video linked out of the
+    release is refused, since the release would not hold it."""
+    if video_path_problem(video):
+        return None
+    real = Path(os.path.realpath(root / video))
+    if real.is_relative_to(os.path.realpath(root)):
+        return None
+    return f"{video[:60]!r} is a link to {str(real)[:80]!r}, outside the release; copy the video into the release"
 
 
 def video_path_problem(video: str) -> str | None:

@@ -11,6 +11,7 @@ from importlib.resources.abc import Traversable
 from typing import Any
 
 from apm.data.digest import files_digest
+from apm.data.located_json import JsonProblem, parse
 
 TEMPLATES = resources.files("apm.judge").joinpath("templates")
 JUDGE_SYSTEM = "You are an impartial evaluator. Reply with exactly one JSON object."
@@ -128,9 +129,9 @@ def check_reply(text: str) -> Verdict:
     if len(text) > MAX_REPLY_CHARS:
         raise ValueError(f"{len(text):,} characters, over the cap of {MAX_REPLY_CHARS:,}")
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not JSON: {e.msg}") from e
+        obj = parse(text)  # a repeated key is refused: json.loads would keep its last value
+    except JsonProblem as e:
+        raise ValueError(f"not JSON as the rubric asks: {e.field}: {e.message}") from None
     if not isinstance(obj, dict) or set(obj) != REPLY_KEYS:
         raise ValueError(f"keys must be exactly {sorted(REPLY_KEYS)}")
     score = obj["score"]

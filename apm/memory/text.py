@@ -16,7 +16,7 @@ from apm.data.model import Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, Note, SessionView, prior_sessions
 from apm.prompts import probe_prompt, said_text, summary_prompts, turn_text
 from apm.prompts.parse import json_object
-from apm.records.atomic import write_atomically
+from apm.records.atomic import write_redacted
 from apm.records.declaration import Declaration
 
 
@@ -57,7 +57,7 @@ class TextSummary(MemoryProtocol):
         )
         response = await writer.generate(request)
         memory, status = memory_text(response.text) if response.ok else ("", "failed")
-        write_atomically(_note_path(state_dir, view.session), memory.encode("utf-8"))
+        write_redacted(_note_path(state_dir, view.session), memory)
         return {"writer_parse_status": status, "writer_total_s": response.total_s, "error": response.error}
 
     def history(self, instance: Instance, trajectory: Trajectory, state_dir: Path) -> History:

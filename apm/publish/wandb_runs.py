@@ -55,6 +55,7 @@ from apm.publish.source import Method, read_methods, sweep_root
 from apm.publish.thumbnails import Strip, Thumbnails
 from apm.records.atomic import OUTPUT_LOCK, OutputRefused, claim_output, read_marker, write_marker
 from apm.records.lock import LockHeld, WriterLock, held_elsewhere, holder_line, read_holder, this_process
+from apm.records.redact import redact_data, register_config_secrets
 from apm.records.rundir import RunDir
 from apm.reduce.load import check_preference, run_dirs
 from apm.reduce.scores import SCORE_COLUMNS
@@ -266,13 +267,15 @@ def write_run(spec: RunSpec, project: str, entity: str | None = None, mode: str 
         resume="allow" if mode == "online" else None, reinit="finish_previous",
     )
     folder = Path(run.settings.sync_dir) if mode == "offline" else None
+    register_config_secrets(spec.config)  # the keys its engines read, masked in every value below
     with staging_in(folder):
-        run.config.update(spec.config, allow_val_change=True)
+        run.config.update(redact_data(spec.config), allow_val_change=True)
         for key, (columns, rows) in spec.tables.items():
-            run.summary[key] = wandb.Table(columns=list(columns), data=[[_cell(wandb, v) for v in r] for r in rows])
+            run.summary[key] = wandb.Table(columns=list(columns),
+                                           data=[[_cell(wandb, v) for v in r] for r in redact_data(rows)])
         for key, path in spec.images.items():
             run.summary[key] = wandb.Image(str(path))
-        run.summary.update(spec.summary)
+        run.summary.update(redact_data(spec.summary))
         for used in spec.uses:
             use(run, artifact_of(wandb, used), mode)
         for made in spec.logs:

@@ -8,12 +8,13 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from apm.records.rundir import RunDir
+from apm.records.redact import redact, redact_data
+from apm.records.rundir import RunDir, not_regular
 
 
 def temp_name(path: Path) -> Path:
@@ -39,24 +40,92 @@ def write_atomically(path: Path, data: bytes, sync: bool = True) -> Path:
     return path
 
 
+def write_redacted(path: Path, value: Any, sync: bool = True) -> Path:
+    """:func:`write_atomically` of text a model may have written (a memory note, a system's kept state, a
+    prompt's text part), every registered secret masked (:mod:`apm.records.redact`): a string as UTF-8,
+    anything else as JSON (as ``json.dumps`` writes it)."""
+    text = redact(value) if isinstance(value, str) else json.dumps(redact_data(value))
+    return write_atomically(path, text.encode("utf-8"), sync)
+
+
 def write_json_atomically(path: Path, value: Any) -> Path:
     """:func:`write_atomically` of ``value`` as indented JSON (non-JSON values as their ``str``)."""
     return write_atomically(path, json.dumps(value, indent=2, default=str).encode())
 
 
+class DamagedRunFile(ValueError):
+    """A run's own JSON file (``config.json``, a shard's ``plan.json``) that cannot be used: the message
+    names the file, the field and how to rewrite it, in one line."""
+
+
+FieldCheck = tuple[str, Callable[[Any], bool], str, bool]
+"""A field's dotted path, its test, what it must be (for the message), and whether it must be there."""
+RERUN_RUN = "rerun the run's apm-run command to rewrite it"
+RERUN_SHARD = "rerun the shard's apm-run command to rewrite it"
+
+
+def _is_strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+CONFIG_FIELDS: tuple[FieldCheck, ...] = (
+    ("config_hash", lambda v: isinstance(v, str), "a string", True),
+    ("config", lambda v: isinstance(v, dict), "a JSON object", True),
+    ("config.dataset", lambda v: isinstance(v, dict), "a JSON object", True),
+    ("config.dataset.root", lambda v: isinstance(v, str), "a path", True),
+    ("release_fingerprint", lambda v: v is None or isinstance(v, str), "a string", False),
+)
+"""What every reader of ``config.json`` takes from it."""
+PLAN_FIELDS: tuple[FieldCheck, ...] = (
+    ("instances", _is_count, "a count", True),
+    ("keys", _is_strings, "a list of instance keys", True),
+    ("trajectories", _is_strings, "a list of trajectory ids", False),
+    ("selected", lambda v: v is None or _is_count(v), "a count", False),
+    ("population", lambda v: v is None or _is_count(v), "a count", False),
+)
+"""What ``apm-status`` and the reducer's coverage take from a shard's ``plan.json``."""
+
+
+def read_checked_json(path: Path, fields: Sequence[FieldCheck], fix: str) -> dict[str, Any]:
+    """The JSON object in ``path`` with each of ``fields`` as it must be; anything else (not a regular
+    file, not JSON, a field missing or of another kind) is a :class:`DamagedRunFile` naming ``path``, the
+    field and ``fix``."""
+    what = not_regular(path)
+    if what is not None:
+        raise DamagedRunFile(f"{path}: damaged: {what}, not a file; {fix}")
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DamagedRunFile(f"{path}: damaged: not JSON ({e}); {fix}") from None
+    if not isinstance(value, dict):
+        raise DamagedRunFile(f"{path}: damaged: not a JSON object; {fix}")
+    for name, is_valid, kind, required in fields:
+        held: Any = value
+        for part in name.split("."):
+            held = held.get(part, _MISSING) if isinstance(held, dict) else _MISSING
+        if held is _MISSING and required:
+            raise DamagedRunFile(f"{path}: damaged: field {name} is missing (must be {kind}); {fix}")
+        if held is not _MISSING and not is_valid(held):
+            raise DamagedRunFile(f"{path}: damaged: field {name} is not {kind}; {fix}")
+    return value
+
+
+_MISSING = object()
+
+
 def read_run_config(run_dir: Path) -> dict[str, Any]:
     """A run dir's ``config.json`` (``config_hash``, ``release_fingerprint``, ``config``); a damaged one is a
-    ``ValueError`` naming the file, so every command that needs it refuses in one line."""
-    path = RunDir(run_dir).config
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: damaged, not JSON ({e.msg} at line {e.lineno}); rerun the run's apm-run "
-                         "command to rewrite it") from None
-    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict) or "config_hash" not in saved:
-        raise ValueError(f"{path}: damaged, not a run's config (no config_hash and config); rerun the run's apm-run "
-                         "command to rewrite it")
-    return saved
+    :class:`DamagedRunFile` naming the file and field, so every command that needs it refuses in one line."""
+    return read_checked_json(RunDir(run_dir).config, CONFIG_FIELDS, RERUN_RUN)
+
+
+def read_plan_file(path: Path) -> dict[str, Any]:
+    """A shard's ``plan.json``; a damaged one is a :class:`DamagedRunFile` naming the file and field."""
+    return read_checked_json(path, PLAN_FIELDS, RERUN_SHARD)
 
 
 @contextmanager

@@ -28,6 +28,7 @@ import msgspec
 import orjson
 
 from apm.records.model import InstanceRecord, JudgementLine, Latency, field_names, values
+from apm.records.rundir import not_regular
 
 Kind = Literal["records", "memory", "judgements", "any"]
 Line = dict[str, Any]
@@ -197,8 +198,14 @@ UNTERMINATED = "unterminated last line (a crash mid-write)"
 
 
 def _contents(path: Path, skipped: list[Skipped] | None) -> bytes:
-    """A file's bytes; an unreadable file is appended to ``skipped`` (line 0) and has none."""
+    """A file's bytes; an unreadable file, or one that is not a regular file (a FIFO would block the reader
+    forever, :func:`apm.records.rundir.not_regular`: never opened), is appended to ``skipped`` (line 0) and
+    has none."""
     try:
+        if (what := not_regular(path)) is not None:
+            if skipped is not None:
+                skipped.append(Skipped(path, 0, f"not a regular file ({what}): skipped, never opened"))
+            return b""
         return path.read_bytes()
     except OSError as e:
         if skipped is not None:

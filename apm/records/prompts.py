@@ -17,7 +17,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from apm.records.atomic import write_atomically
+from apm.records.atomic import write_redacted
 from apm.records.rundir import RunDir
 
 CanonPart = str | list[str | float]
@@ -75,7 +75,7 @@ def keep(run_dir: Path, canon: Canon) -> list[list[Any]]:
             if isinstance(part, str):
                 path = text_path(run_dir, text_digest(part))
                 if not path.exists():
-                    write_atomically(path, part.encode(), sync=False)  # as the record lines: redone after a crash
+                    write_redacted(path, part, sync=False)  # as the record lines: redone after a crash; secrets masked
     return refs(canon)
 
 

@@ -8,6 +8,7 @@ The layout is owned here alone; the runner, the judge, the reducer, the publishe
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,17 @@ RUN_MARKERS = (CONFIG, RECORDS, JOBS, LOCKS)
 """What the runner puts in a run dir: a folder holding any of these is a run, or the debris of one."""
 NOTE_NAMES = 3
 """How many skipped folders a note names before it says 'and N more'."""
+SPECIAL_FILES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"),
+                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def not_regular(path: Path) -> str | None:
+    """What ``path`` is when it is not a regular file (``"a FIFO"``, …), told by ``os.stat`` alone: it is
+    never opened, since opening a FIFO waits for a writer forever. None for a regular file (or a link to one)."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for is_kind, name in SPECIAL_FILES if is_kind(mode)), "a special file")
 
 
 def slug(text: str) -> str:

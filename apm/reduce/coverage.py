@@ -14,10 +14,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
+from apm.records.atomic import read_plan_file
 from apm.records.rundir import RunDir
 
 SHARD = re.compile(r"shard-(\d+)-of-(\d+)")
@@ -70,14 +70,11 @@ UNKNOWN = Coverage(None, 0, ())
 """A method whose run dirs hold no plan (records written by hand, or before plans existed): unknown, unmarked."""
 
 
-def _plan(config_hash: str, path: Path) -> PlanFile | None:
-    """A plan file, or None when it cannot be read (a half-written one is replaced atomically, so rare)."""
-    try:
-        plan: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return PlanFile(config_hash, path.parent.name, frozenset(plan.get("keys") or ()),
-                    frozenset(plan.get("trajectories") or ()), plan.get("selected"), plan.get("population"))
+def _plan(config_hash: str, path: Path) -> PlanFile:
+    """A shard's plan file (:func:`apm.records.atomic.read_plan_file`: a damaged one is refused in one line)."""
+    plan = read_plan_file(path)
+    return PlanFile(config_hash, path.parent.name, frozenset(plan["keys"]), frozenset(plan.get("trajectories") or ()),
+                    plan.get("selected"), plan.get("population"))
 
 
 def _config_hash(run_dir: Path) -> str | None:
@@ -95,7 +92,7 @@ def read_plans(run_dirs: Iterable[Path]) -> tuple[PlanFile, ...]:
         config_hash = _config_hash(run_dir)
         for path in RunDir(run_dir).plans() if config_hash else ():
             plan = _plan(str(config_hash), path)
-            if plan is not None and SHARD.fullmatch(plan.shard):
+            if SHARD.fullmatch(plan.shard):
                 found.append(plan)
     return tuple(found)
 

@@ -11,14 +11,13 @@ the job, or judge it from the ledger where there is no scheduler.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from apm.records.atomic import write_json_atomically
+from apm.records.atomic import read_plan_file, write_json_atomically
 from apm.records.jsonl import JsonlAppender, done_keys, read_jsonl
 from apm.records.rundir import RunDir
 
@@ -45,7 +44,7 @@ def read_events(run_dir: Path, shard: str) -> list[dict[str, Any]]:
 
 def read_plan(run_dir: Path, shard: str) -> dict[str, Any] | None:
     path = RunDir(Path(run_dir)).plan(shard)
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_plan_file(path) if path.exists() else None
 
 
 def job_started(run_dir: Path, shard: str, trajectories: Iterable[Any], instances: Iterable[Any],

@@ -16,6 +16,7 @@ from typing import Any
 
 from apm.backbones.base import Backbone, Message, Request, Response
 from apm.data.frames import Frame
+from apm.data.ids import sessions_name
 from apm.data.instances import Instance, Turn
 from apm.data.model import Session, Trajectory
 from apm.memory.base import History, StateManifest, state_manifest
@@ -106,8 +107,7 @@ def restricted(traj: Trajectory, inst: Instance) -> bool:
 def visible_state_dir(setup: RunSetup, traj: Trajectory, visible: tuple[str, ...]) -> Path:
     """Where the state built from a visible set's completed sessions alone is kept (beside the run's
     state, never measured as it: a restricted instance's own memory)."""
-    name = "+".join(key.replace("/", "-") for key in visible[:-1])
-    return RunDir(setup.run_dir).memory_state_visible(traj.trajectory_id) / name
+    return RunDir(setup.run_dir).memory_state_visible(traj.trajectory_id) / sessions_name(visible[:-1])
 
 
 def _built(state_dir: Path) -> Path:

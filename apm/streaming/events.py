@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from apm.data.ids import session_path
 from apm.data.instances import Turn
 from apm.data.model import Session
 from apm.memory.base import Note
-from apm.records.atomic import write_atomically
+from apm.records.atomic import write_atomically, write_redacted
 from apm.records.declaration import Declaration
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
 from apm.streaming.written import best_matches, write_about
@@ -140,7 +139,7 @@ class EventMemory(StreamingSystem):
             keyframe = event.keyframe
             write_atomically(session_path(state_dir, event.session, f".{keyframe.wall_clock}.jpg"), keyframe.jpeg)
         kept = {"events": [e.to_json() for e in self.events], "turns": self.turns.to_json()}
-        write_atomically(session_path(state_dir, self.context.session, ".events.json"), json.dumps(kept).encode())
+        write_redacted(session_path(state_dir, self.context.session, ".events.json"), kept)
 
     async def answer(self, probe: Probe) -> Answer:
         visible = set(probe.instance.visible_sessions)

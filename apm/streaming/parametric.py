@@ -28,7 +28,6 @@ trajectory from its start, a crash mid-session only that session.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from apm.backbones.hf import HFBackbone
 from apm.data.frames import Frame
 from apm.data.ids import session_path
 from apm.data.instances import Turn
-from apm.records.atomic import write_atomically
+from apm.records.atomic import write_atomically, write_redacted
 from apm.records.declaration import Declaration
 from apm.streaming.base import FAST_WEIGHTS, Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
 from apm.streaming.internals import architecture, segment_inputs
@@ -199,7 +198,7 @@ class ParametricMemory(StreamingSystem):
 
         write_atomically(state_dir / FAST_WEIGHTS_FILE, save(self.weights))
         kept = {"losses": self.losses, "turns": self.turns.to_json()}
-        write_atomically(session_path(state_dir, self.context.session, ".parametric.json"), json.dumps(kept).encode())
+        write_redacted(session_path(state_dir, self.context.session, ".parametric.json"), kept)
         return {"chunks": len(self.losses)}
 
 

@@ -16,7 +16,6 @@ turns). The instruction is this reference's own, not one of the paper's Appendix
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +27,7 @@ from apm.data.ids import session_path
 from apm.data.instances import Turn
 from apm.data.model import Session
 from apm.memory.base import Note
-from apm.records.atomic import write_atomically
+from apm.records.atomic import write_redacted
 from apm.records.declaration import Declaration
 from apm.streaming.base import Answer, Probe, SessionContext, StreamingSystem, TurnLog, earlier_states
 from apm.streaming.written import best_matches, write_about
@@ -129,6 +128,6 @@ class ThoughtMemory(StreamingSystem):
         if self.unthought:
             await self._think()
         kept = {"thoughts": [t.to_json() for t in self.thoughts], "turns": self.turns.to_json()}
-        write_atomically(session_path(state_dir, self.context.session, ".thoughts.json"), json.dumps(kept).encode())
+        write_redacted(session_path(state_dir, self.context.session, ".thoughts.json"), kept)
         return {"thoughts": len(self.thoughts), "writer_errors": len(self.errors),
                 "error": self.errors[0] if self.errors else None}

@@ -33,7 +33,8 @@ from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
 from apm.records.model import InstanceRecord, JudgementLine, named
 from apm.records.prompts import NOT_KEPT, PromptUnavailable, restore, text_digest, text_path
-from apm.records.rundir import RunDir, find_runs
+from apm.records.redact import register_config_secrets
+from apm.records.rundir import RunDir, find_runs, not_regular
 from apm.reduce import RunSet, check_preference, load_runs, score_table
 from apm.reduce.coverage import PARTIAL, coverage_by_method
 from apm.reduce.names import row_label, row_rank
@@ -119,6 +120,7 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[ViewedRun]:
 
 def _run_dir(path: Path, shown: str) -> ViewedRun:
     saved = read_run_config(path)
+    register_config_secrets(saved["config"])  # the site masks the keys the run's engines read (site._json)
     return ViewedRun(path, str(saved["config_hash"]), saved["config"], shown, saved.get("release_fingerprint"))
 
 
@@ -354,6 +356,10 @@ def _bits(samples: Sequence[int]) -> str:
 
 @lru_cache(maxsize=4096)
 def _kept_text(path: Path) -> str:
+    """A kept prompt text; one that is not a regular file (a FIFO would block) is never opened, an ``OSError``
+    that makes the prompt unavailable."""
+    if (what := not_regular(path)) is not None:
+        raise OSError(f"{path.name} is {what}, not a regular file")
     return path.read_text(encoding="utf-8")
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from apm.live.progress import Unit, counted, stage_progress
 from apm.records.atomic import replaced_output
+from apm.records.redact import redact_data
 from apm.view.collect import Row, Views, instance_view
 from apm.view.thumbs import Thumbnails
 
@@ -66,7 +67,9 @@ def script(call: str, value: Any) -> str:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
+    """``value`` as JSON for the site, every registered secret masked (:func:`apm.records.redact.redact_data`)."""
+    text = json.dumps(redact_data(value), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c")
 
 
 @dataclass
