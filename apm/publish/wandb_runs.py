@@ -20,6 +20,7 @@ import importlib
 import os
 import shlex
 import shutil
+import tempfile
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -34,27 +35,30 @@ from apm.data.model import Release
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.publish.axes import (
+    joined,
     judge_summary,
     method_config,
     method_tags,
     metric_summary,
     release_group,
-    run_summary,
 )
 from apm.publish.dashboard import REPORT_FILE
 from apm.publish.instances import (
     COLUMNS,
     JUDGEMENT_COLUMNS,
     candidates_of,
+    column,
     instance_rows,
     judgement_rows,
     plain,
+    run_summary,
 )
 from apm.publish.source import Method, read_methods, sweep_root
 from apm.publish.thumbnails import Strip, Thumbnails
 from apm.records.atomic import OUTPUT_LOCK, OutputRefused, claim_output, read_marker, write_marker
 from apm.records.lock import LockHeld, WriterLock, held_elsewhere, holder_line, read_holder, this_process
 from apm.records.rundir import RunDir
+from apm.records.wandb_identity import quiet
 from apm.reduce.load import check_preference, run_dirs
 from apm.reduce.scores import SCORE_COLUMNS
 from apm.video.cache import FrameCache
@@ -90,6 +94,8 @@ class PublishOptions:
     cache_dir: str | None = None
     """Frame cache to read thumbnails from; default: the run's ``frames.cache_dir``."""
     table_rows: int = MAX_ROWS
+    verbose: bool = False
+    """wandb's own ``wandb:`` lines on the terminal (silent otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -230,19 +236,52 @@ def _busy(directory: Path, holder: dict[str, Any] | None) -> OutputRefused:
     return OutputRefused(f"refusing --dir {directory}: another apm-publish is writing it ({holder_line(holder)})")
 
 
-def _cell(wandb: Any, value: Any) -> Any:
-    return wandb.Image(value.image, caption=value.caption, file_type="jpg") if isinstance(value, Strip) else value
+def _cell(wandb: Any, value: Any, folder: Path) -> Any:
+    """A table cell for W&B: a strip as a ``wandb.Image`` of its JPEG as it is (written to ``folder``,
+    copied by W&B; its pixels not kept in memory), any other value as it is."""
+    if not isinstance(value, Strip):
+        return value
+    path = folder / f"{hashlib.sha256(value.jpeg).hexdigest()}.jpg"
+    path.write_bytes(value.jpeg)
+    image = wandb.Image(str(path), caption=value.caption)
+    image._free_ram()  # wandb.Image keeps the decoded pixels otherwise (wandb 0.31): thousands per table
+    return image
 
 
-def artifact_of(wandb: Any, spec: ArtifactSpec) -> Any:
-    """The ``wandb.Artifact`` of ``spec``, its files and texts in it."""
+Staged = dict[str, dict[str, Path]]
+"""The files of each artifact a publish has staged: artifact name → (name in it → its staged copy)."""
+
+
+def artifact_of(wandb: Any, spec: ArtifactSpec, staged: Staged, folder: Path) -> Any:
+    """The ``wandb.Artifact`` of ``spec``, its files and texts in it. Files of an artifact this publish
+    has already staged (a method's records, used by its judge and reduce runs) are not copied again:
+    each is a hard link, in ``folder``, to its staged copy (same bytes, same digest, written once), so
+    every run folder stays whole on its own."""
     artifact = wandb.Artifact(spec.name, type=spec.type)
+    earlier = staged.get(spec.name, {})
     for name, path in spec.files.items():
-        artifact.add_file(str(path), name=name)
+        if name in earlier:
+            artifact.add_file(str(linked(earlier[name], folder / spec.name / name)), name=name, policy="immutable")
+        else:
+            artifact.add_file(str(path), name=name)
     for name, text in spec.texts.items():
         with artifact.new_file(name, encoding="utf-8") as f:
             f.write(text)
+    if spec.files and spec.name not in staged:
+        staged[spec.name] = {e.path: Path(e.local_path) for e in artifact.manifest.entries.values()
+                             if e.path in spec.files and e.local_path}
     return artifact
+
+
+def linked(source: Path, link: Path) -> Path:
+    """``link``, a hard link to ``source`` (a copy where the file system has none)."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    try:
+        os.link(source, link)
+    except OSError:
+        shutil.copyfile(source, link)
+    return link
 
 
 def use(run: Any, artifact: Any, mode: str) -> None:
@@ -255,27 +294,32 @@ def use(run: Any, artifact: Any, mode: str) -> None:
         run._log_artifact(artifact, is_user_created=True, use_after_commit=True)
 
 
-def write_run(spec: RunSpec, project: str, entity: str | None = None, mode: str = "offline") -> Published:
-    """Write one W&B run, everything in its summary (offline: into a fresh folder)."""
-    wandb = importlib.import_module("wandb")
+def write_run(spec: RunSpec, opts: PublishOptions, staged: Staged) -> Published:
+    """Write one W&B run, everything in its summary (offline: into a fresh folder), silently unless
+    ``opts.verbose``; artifacts a run of this publish staged before (``staged``) are linked, not copied
+    (:func:`artifact_of`)."""
+    wandb, mode = importlib.import_module("wandb"), opts.mode
     spec.directory.mkdir(parents=True, exist_ok=True)
     run = wandb.init(
-        mode=mode, project=project, entity=entity, id=spec.run_id, name=spec.name, group=spec.group,
+        mode=mode, project=opts.project, entity=opts.entity, id=spec.run_id, name=spec.name, group=spec.group,
         job_type=spec.job_type, tags=list(spec.tags), dir=str(spec.directory),
         resume="allow" if mode == "online" else None, reinit="finish_previous",
+        settings=quiet(wandb, opts.verbose),
     )
     folder = Path(run.settings.sync_dir) if mode == "offline" else None
-    with staging_in(folder):
+    local = folder or Path(run.settings.files_dir).parent  # where this run's own files go
+    with staging_in(folder), tempfile.TemporaryDirectory(dir=local) as strips:
         run.config.update(spec.config, allow_val_change=True)
         for key, (columns, rows) in spec.tables.items():
-            run.summary[key] = wandb.Table(columns=list(columns), data=[[_cell(wandb, v) for v in r] for r in rows])
+            run.summary[key] = wandb.Table(columns=list(columns),
+                                           data=[[_cell(wandb, v, Path(strips)) for v in r] for r in rows])
         for key, path in spec.images.items():
             run.summary[key] = wandb.Image(str(path))
         run.summary.update(spec.summary)
         for used in spec.uses:
-            use(run, artifact_of(wandb, used), mode)
+            use(run, artifact_of(wandb, used, staged, local / "linked"), mode)
         for made in spec.logs:
-            run.log_artifact(artifact_of(wandb, made))
+            run.log_artifact(artifact_of(wandb, made, staged, local / "linked"))
         run.finish()
     return Published(spec.run_id, spec.job_type, spec.name, folder, spec.group, spec.directory)
 
@@ -351,18 +395,16 @@ def inputs_of(m: Method) -> list[ArtifactSpec]:
 def method_runs(m: Method, opts: PublishOptions, releases: dict[str, Release | None], directory: Path) -> list[RunSpec]:
     """The W&B runs of one method, into ``directory``: ``run`` and ``reduce``, and ``judge`` when it has
     judgements."""
-    group, config = opts.group or release_group(m), method_config(m)
     release = release_of(m, releases)
-    thumbs = thumbnails_of(m, release, opts.cache_dir)
+    instances = instance_rows(m, candidates_of(release), thumbnails_of(m, release, opts.cache_dir), opts.all_frames)
+    group, config = opts.group or release_group(m), method_config(m, joined(column(instances, "prompt_version")))
 
     def stage(job_type: str, **parts_of_it: Any) -> RunSpec:
         return RunSpec(run_id(group, m.config_hash, job_type), f"{config['method']} · {job_type}", group, job_type,
                        directory, config, method_tags(config), **parts_of_it)
 
-    instances = instance_rows(m, candidates_of(release), thumbs, opts.all_frames)
-    shown = sum(row[COLUMNS.index("frames")] is not None for row in instances)
     records = records_artifact(m)
-    specs = [stage("run", summary={**run_summary(m), "thumbnails": shown},
+    specs = [stage("run", summary=run_summary(instances),
                    tables=parts("instances", COLUMNS, instances, opts.table_rows), logs=[records])]
     if len(m.judgements):
         specs.append(stage("judge", summary=judge_summary(m),
@@ -397,14 +439,15 @@ def publish_methods(methods: Sequence[Method], opts: PublishOptions, extra: Sequ
     """Write the W&B runs of ``methods`` and then ``extra`` (each into its ``directory``), holding every
     publish folder (:func:`holding`) throughout."""
     releases: dict[str, Release | None] = {}
-    published = []
+    published: list[Published] = []
+    staged: Staged = {}
     with ExitStack() as stack:
         wanted = {publish_dir(m.run_dir, opts) for m in methods} | {s.directory for s in extra}
         held = {d.resolve(): stack.enter_context(holding(d)) for d in sorted(wanted)}
         homes = {m.run_dir: held[publish_dir(m.run_dir, opts).resolve()].path for m in methods}
         specs = (s for m in methods for s in method_runs(m, opts, releases, homes[m.run_dir]))
         for spec in chain(specs, extra):
-            published.append(write_run(spec, opts.project, opts.entity, opts.mode))
+            published.append(write_run(spec, opts, staged))
             held[spec.directory.resolve()].commit(published[-1])
     return published
 

@@ -173,11 +173,12 @@ def problem(line: Any, kind: Kind) -> str | None:
 
 
 def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> Iterator[Line]:
-    """The usable lines of one JSONL file; each other line is appended to ``skipped`` (if given).
+    """The usable lines of one JSONL file, read one at a time (a file is never held whole); each other
+    line is appended to ``skipped`` (if given).
 
     An unterminated last line is a write in progress or a crash mid-write: skipped like the rest.
     """
-    for number, raw in _numbered(_contents(path, skipped)):
+    for number, raw in _streamed(path, skipped):
         if raw is None:
             reason: str | None = UNTERMINATED
         else:
@@ -191,6 +192,19 @@ def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> 
             yield value
         elif skipped is not None:
             skipped.append(Skipped(path, number, reason))
+
+
+def _streamed(path: Path, skipped: list[Skipped] | None) -> Iterator[tuple[int, bytes | None]]:
+    """The non-blank lines of a file with their numbers, as :func:`_numbered` gives them, read one at a
+    time; an unreadable file is appended to ``skipped`` (line 0) and has none."""
+    try:
+        with path.open("rb") as f:
+            for number, raw in enumerate(f, start=1):
+                if raw.strip():
+                    yield number, (raw if raw.endswith(b"\n") else None)
+    except OSError as e:
+        if skipped is not None:
+            skipped.append(Skipped(path, 0, f"unreadable: {e.strerror or e}"))
 
 
 UNTERMINATED = "unterminated last line (a crash mid-write)"
