@@ -37,12 +37,13 @@ from apm.data.release import load_release
 from apm.data.tasks import TASKS
 from apm.publish import PublishOptions, publish
 from apm.publish.axes import judge_summary, metric_summary
-from apm.publish.instances import checkpoint, probe_point
+from apm.publish.instances import COLUMNS, checkpoint, instance_rows, probe_point
 from apm.publish.source import read_methods
 from apm.publish.thumbnails import GAP, HEIGHT, MAX_THUMBNAILS, spread
 from apm.publish.wandb_runs import holding, parts, run_id
 from apm.records.atomic import MARKER, OUTPUT_LOCK, OutputRefused
 from apm.records.jsonl import latest_records
+from apm.records import lines
 from apm.records.lock import WriterLock
 from apm.records.prompts import as_text, reader, restore
 from apm.reduce import units
@@ -586,3 +587,66 @@ def test_a_killed_publish_leaves_each_run_whole_and_the_next_cleans_its_litter(s
     runs = _syncable(home)
     assert len(runs) == 3 and not litter & set(offline_folders(home))
     assert {r.folder for r in runs.values()} == {Path(line.split()[-1]) for line in out.splitlines()}
+
+
+def _paper_shaped_run(root: Path, records_: int, frames: int) -> Path:
+    """One method of ``records_`` records of ``frames`` frames each (raw video at the paper's 1,024), judged."""
+    recs = [fixtures.record("ER", f"C{i:05d}", output="Answer: A. " * 40, frames=[
+        {"session": "DAY1/S002", "offset": float(f), "wall_clock": f"DAY1 11:{f // 60 % 60:02d}:{f % 60:02d}"}
+        for f in range(frames)]) for i in range(records_)]
+    return fixtures.write_run(root, recs, [fixtures.judgement(r, 4) for r in recs[::3]])
+
+
+def test_a_publish_holds_one_method_s_rows_never_its_frame_lists(tmp_path, monkeypatch):
+    """Issue 37.3: a publish held every record's detail (its frame list as Python objects, ~150 KiB a
+    record) and read each file whole; now the scores read files in blocks and the table is made as the
+    lines are read, so 300 records of 1,024 frames (~20 MB of lines) are read and tabled in a few MB."""
+    import tracemalloc
+
+    run_dir = _paper_shaped_run(tmp_path / "runs" / "raw", 300, 1024)
+    (line_bytes,) = [p.stat().st_size for p in (run_dir / "records").glob("*.jsonl")]
+    monkeypatch.setattr(lines, "BLOCK_BYTES", 1 << 20)  # the paper's files are many blocks of 32 MB
+    tracemalloc.start()
+    try:
+        (m,) = read_methods(run_dir, None, None, 0, 0)
+        rows = instance_rows(m, {}, None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(rows) == 300 and {r[COLUMNS.index("n_frames")] for r in rows} == {1024} and line_bytes > 20e6
+    assert peak < line_bytes / 4, f"peak {peak / 1e6:.0f} MB for {line_bytes / 1e6:.0f} MB of records"
+
+
+def test_a_method_s_records_are_written_once_and_each_run_folder_stays_whole(tmp_path, wandb_env):
+    """Issue 37.3: the judge and reduce runs declared the records artifact by staging another copy each;
+    now each is a hard link to the run stage's one copy (same digest, so the same artifact version)."""
+    root = fixtures.small_run_set(tmp_path / "runs")
+    home = tmp_path / "publish"
+    publish([root / "main"], PublishOptions(bootstrap=0, directory=home))
+    runs = {r.job_type: r for r in map(read_offline, offline_folders(home))}
+    assert sorted(runs) == ["judge", "reduce", "run"]
+    for name in (f"records/{p.name}" for p in (root / "main" / "records").glob("*.jsonl")):
+        copies = [runs[stage].files[name] for stage in ("run", "judge", "reduce")]
+        assert len({(p.stat().st_dev, p.stat().st_ino) for p in copies}) == 1  # one file on disk
+        assert all(p.is_relative_to(runs[stage].folder) for p, stage in zip(copies, ("run", "judge", "reduce")))
+    (records_,) = runs["run"].made
+    assert runs["judge"].used == runs["run"].made == {records_: runs["reduce"].used[records_]}
+
+
+def _wandb_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("wandb:")]
+
+
+def test_wandb_is_silent_unless_asked(tmp_path, wandb_env):
+    """Issue 36.7: ~20 ``wandb:`` lines per publish on the terminal; none now, all with --wandb-verbose."""
+    root = fixtures.small_run_set(tmp_path / "runs")
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SILENT", "WANDB_SERVICE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    said = {}
+    for flags in ((), ("--wandb-verbose",)):
+        done = subprocess.run([sys.executable, "-m", "apm.cli.publish", str(root / "main"), "--bootstrap", "0",
+                               "--dir", str(tmp_path / f"publish{len(flags)}"), *flags],
+                              capture_output=True, text=True, env=env, cwd=REPO)
+        assert done.returncode == 0, done.stderr
+        said[flags] = _wandb_lines(done.stdout + done.stderr)
+    assert said[()] == [] and len(said[("--wandb-verbose",)]) >= 3

@@ -12,10 +12,16 @@ import pandas as pd
 from apm.publish.source import Method
 from apm.records.wandb_identity import release_group as group_of
 from apm.records.wandb_identity import run_config
-from apm.reduce.names import is_reference, row_label
+from apm.reduce.names import is_reference, row_label, row_rank
 
 MAX_TAG = 64
 """W&B refuses longer tags."""
+
+
+STORAGE = "storage_bytes_per_hour/all"
+LOG_STORAGE = "log10_1p_storage_bytes_per_hour/all"
+"""log10(1 + storage per video hour): Figure 2's storage axis on a linear W&B axis, so a method that
+stores nothing (0 B/h) is drawn at 0 instead of dropped by a log axis (a symlog with a 1 B/h linear part)."""
 
 
 def joined(values: Iterable[Any]) -> str | None:
@@ -41,6 +47,7 @@ def method_config(m: Method, prompt_version: str | None) -> dict[str, Any]:
     return {
         **run_config(method_run(m), m.saved.get("config") or {}, m.run_dir),
         "method": row_label(first),
+        "paper_order": paper_order(first),
         "memory_variant": str(first["memory_variant"]),
         "backbone_variant": str(first["backbone_variant"]),
         "settings": str(first["settings"]),
@@ -51,6 +58,13 @@ def method_config(m: Method, prompt_version: str | None) -> dict[str, Any]:
         "judge_model": joined(ok["judge_model"]),
         "rubric_version": joined(ok["rubric_version"]),
     }
+
+
+def paper_order(first: Any) -> str:
+    """Where the method's row stands in the paper's tables (:func:`~apm.reduce.names.row_rank`, then its
+    label) as text that sorts the same: the Report orders its runs tables by it."""
+    family, kind, memory, backbone, tag, name = row_rank(first)
+    return f"{family:02d}.{kind:02d}.{memory}.{backbone:02d}.{tag}.{name}.{row_label(first)}"
 
 
 def method_run(m: Method) -> dict[str, Any]:
@@ -86,7 +100,9 @@ def metric_summary(m: Method) -> dict[str, Any]:
     that withhold judged metrics (None) and the method's coverage (:func:`coverage_summary`)."""
     s = m.scores
     values = {f"{metric}/{task}": number(v) for metric, task, v in zip(s["metric"], s["task"], s["value"])}
-    return {**values, "unjudged": m.unjudged, **coverage_summary(s)}
+    storage = values.get(STORAGE)
+    return {**values, LOG_STORAGE: None if storage is None else math.log10(1 + storage), "unjudged": m.unjudged,
+            **coverage_summary(s)}
 
 
 def judge_summary(m: Method) -> dict[str, Any]:

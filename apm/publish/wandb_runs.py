@@ -2,7 +2,8 @@
 
 Each method (config hash) gets one W&B run per stage — ``run`` (the per-instance table), ``judge``
 (the judgements, when there are any) and ``reduce`` (the paper's metrics in its summary) — with a
-deterministic id ``<config hash>-<stage>-<group digest>``, named ``<method> · <stage>``, each logging
+deterministic id ``<config hash>-<stage>-<group digest>``, named ``<method> · <stage>`` (``reduce``: the
+method's row name alone, :func:`run_name`), each logging
 its stage's output as an artifact and using the artifacts it was made from (records → judgements →
 scores). All of a call's runs go into one folder (:func:`publish_dir`: ``--dir``, else
 ``$WANDB_DIR/apm-publish``, else the sweep's ``publish/``). Everything goes into the run's summary
@@ -145,6 +146,12 @@ class Published:
 def run_id(group: str, config_hash: str, stage: str) -> str:
     """The W&B run id of one method's stage within a group: the same on every publish."""
     return f"{config_hash}-{stage}-{hashlib.sha256(group.encode()).hexdigest()[:8]}"
+
+
+def run_name(method: str, stage: str) -> str:
+    """A stage run's name: the ``reduce`` run, the one the Report's tables show, is named as the paper
+    names the method's row; the others ``<method> · <stage>``."""
+    return method if stage == "reduce" else f"{method} · {stage}"
 
 
 def chunks(items: Sequence[Any], size: int = MAX_ROWS) -> list[Sequence[Any]]:
@@ -400,7 +407,7 @@ def method_runs(m: Method, opts: PublishOptions, releases: dict[str, Release | N
     group, config = opts.group or release_group(m), method_config(m, joined(column(instances, "prompt_version")))
 
     def stage(job_type: str, **parts_of_it: Any) -> RunSpec:
-        return RunSpec(run_id(group, m.config_hash, job_type), f"{config['method']} · {job_type}", group, job_type,
+        return RunSpec(run_id(group, m.config_hash, job_type), run_name(config["method"], job_type), group, job_type,
                        directory, config, method_tags(config), **parts_of_it)
 
     records = records_artifact(m)
