@@ -7,10 +7,10 @@ paper's task mix (:func:`apm.testing.fixtures.synthetic_lines`), judgements of t
 and on every record a frame list of the method's size (:data:`FRAMES`: SimpleStream's 4 and 32, raw
 video's 128 and 1,024, …), a text-summary-sized answer and a kept prompt (a system text, the
 session's summary, the frames, the question; ``RUN_DIR/prompts/``) that reproduces its digest. Then,
-each in a subprocess: the baseline — every records file read into one DataFrame
-(``pandas.read_json(lines=True)``) — and ``apm-publish ROOT --mode offline --bootstrap N --dir OUT``;
+each in a subprocess: the baseline — every record line decoded once with orjson, nothing kept
+(:data:`BASELINE`) — and ``apm-publish ROOT --mode offline --bootstrap N --dir OUT``;
 for each the wall seconds, the peak of the summed RSS of its process tree (sampled every
-``--sample-s``) and the bytes it wrote. The records carry no release (no ``config.json``), so the
+``--sample-s``) and the bytes it wrote (each file once, however many hard links name it). The records carry no release (no ``config.json``), so the
 tables have no question texts and no thumbnails.
 
     .venv/bin/python bench/bench_publish.py [--methods 10] [--per-method 5600] [--work DIR] [--bootstrap 0]
@@ -40,23 +40,34 @@ from apm.testing.fixtures import judgement, run_info, synthetic_lines, write_jso
 FRAMES = (4, 32, 1024, 128, 1024, 128, 1024, 4, 4, 64)
 """Frames per request of the methods, in turn (bench/bench_view.py's ``PAPER_METHODS``)."""
 SYSTEM = "You are a proactive assistant watching the user's egocentric video. " * 20
-ANSWER = ("Answer: B. The summary of the earlier sessions says the user left the keys on the kitchen counter "
-          "beside the kettle, and the recent frames show the counter with the kettle but no keys. ") * 3
+ANSWER = (
+    "Answer: B. The summary of the earlier sessions says the user left the keys on the kitchen counter "
+    "beside the kettle, and the recent frames show the counter with the kettle but no keys. "
+) * 3
 
 
 def _frames(n: int, session: str) -> list[dict[str, Any]]:
-    return [{"session": session, "offset": float(i), "wall_clock": f"DAY1 11:{i // 60 % 60:02d}:{i % 60:02d}"}
-            for i in range(n)]
+    return [
+        {"session": session, "offset": float(i), "wall_clock": f"DAY1 11:{i // 60 % 60:02d}:{i % 60:02d}"}
+        for i in range(n)
+    ]
 
 
 def paper_shaped(run_dir: Path, line: dict[str, Any], frames: int) -> dict[str, Any]:
     """``line`` with the method's frame list, a long answer and a kept prompt that reproduces its digest."""
     shown = _frames(frames, f"{line['day_id']}/{line['session_id']}")
     summary = f"Summary of {line['trajectory_id']} so far: " + "the user cooked, cleaned and went out. " * 40
-    canon = [["system", [SYSTEM]],
-             ["user", [summary, *([f["session"], f["offset"]] for f in shown), f"Question of {line['key']}?"]]]
-    return {**line, "frames": shown, "output": ANSWER, "prompt": keep(run_dir, canon),
-            "prompt_sha256": canon_digest(canon)}
+    canon = [
+        ["system", [SYSTEM]],
+        ["user", [summary, *([f["session"], f["offset"]] for f in shown), f"Question of {line['key']}?"]],
+    ]
+    return {
+        **line,
+        "frames": shown,
+        "output": ANSWER,
+        "prompt": keep(run_dir, canon),
+        "prompt_sha256": canon_digest(canon),
+    }
 
 
 def synthesise(root: Path, methods: int, per_method: int) -> int:
@@ -74,10 +85,12 @@ def synthesise(root: Path, methods: int, per_method: int) -> int:
     return total
 
 
-BASELINE = ("import sys, pathlib, pandas as pd\n"
-            "files = sorted(pathlib.Path(sys.argv[1]).rglob('records/*.jsonl'))\n"
-            "frames = [pd.read_json(p, lines=True) for p in files]\n"
-            "print(len(pd.concat(frames, ignore_index=True)))\n")
+BASELINE = (
+    "import sys, pathlib, pandas as pd\n"
+    "files = sorted(pathlib.Path(sys.argv[1]).rglob('records/*.jsonl'))\n"
+    "frames = [pd.read_json(p, lines=True) for p in files]\n"
+    "print(len(pd.concat(frames, ignore_index=True)))\n"
+)
 """The baseline: every records file read into one DataFrame, as a bare pandas user would."""
 
 
@@ -132,18 +145,42 @@ def main() -> None:
         began = time.perf_counter()
         count = synthesise(runs, args.methods, args.per_method)
         made = time.perf_counter() - began
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}, "WANDB_SILENT": "true",
-               **{v: str(home / v.lower()) for v in ("WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR")}}
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("WANDB_")},
+            "WANDB_SILENT": "true",
+            **{v: str(home / v.lower()) for v in ("WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR")},
+        }
         base = measured([sys.executable, "-c", BASELINE, str(runs)], env, args.sample_s)
-        pub = measured([sys.executable, "-m", "apm.cli.publish", str(runs), "--mode", "offline", "--dir", str(out),
-                        "--bootstrap", str(args.bootstrap)], env, args.sample_s)
+        pub = measured(
+            [
+                sys.executable,
+                "-m",
+                "apm.cli.publish",
+                str(runs),
+                "--mode",
+                "offline",
+                "--dir",
+                str(out),
+                "--bootstrap",
+                str(args.bootstrap),
+            ],
+            env,
+            args.sample_s,
+        )
         result = {
-            "command": f"python {' '.join(sys.argv)}", "cpu": _cpu_model(), "load_at_start": load,
-            "load_at_end": os.getloadavg(), "records": count, "records_bytes": bytes_under(runs),
+            "command": f"python {' '.join(sys.argv)}",
+            "cpu": _cpu_model(),
+            "load_at_start": load,
+            "load_at_end": os.getloadavg(),
+            "records": count,
+            "records_bytes": bytes_under(runs),
             "synthesis_s": made,
             "baseline": {"wall_s": base[0], "peak_rss_mib": base[1] / 2**20},
-            "apm_publish": {"wall_s": pub[0], "peak_rss_mib": pub[1] / 2**20,
-                            "bytes_written": bytes_under(out) + bytes_under(home)},
+            "apm_publish": {
+                "wall_s": pub[0],
+                "peak_rss_mib": pub[1] / 2**20,
+                "bytes_written": bytes_under(out) + bytes_under(home),
+            },
         }
         pub_ = result["apm_publish"]
         pub_["ms_per_record"] = 1000 * pub[0] / count

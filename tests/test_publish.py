@@ -16,6 +16,7 @@ import io
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -36,14 +37,14 @@ from apm.cli.reduce import main as reduce_main
 from apm.data.release import load_release
 from apm.data.tasks import TASKS
 from apm.publish import PublishOptions, publish
-from apm.publish.axes import judge_summary, metric_summary
+from apm.publish.axes import LOG_STORAGE, judge_summary, metric_summary
 from apm.publish.instances import COLUMNS, checkpoint, instance_rows, probe_point
 from apm.publish.source import read_methods
 from apm.publish.thumbnails import GAP, HEIGHT, MAX_THUMBNAILS, spread
 from apm.publish.wandb_runs import holding, parts, run_id
+from apm.records import lines
 from apm.records.atomic import MARKER, OUTPUT_LOCK, OutputRefused
 from apm.records.jsonl import latest_records
-from apm.records import lines
 from apm.records.lock import WriterLock
 from apm.records.prompts import as_text, reader, restore
 from apm.reduce import units
@@ -209,7 +210,7 @@ def test_one_reduce_run_per_method_with_flat_config_is_table_4(published, sweep,
     for r in published.values():
         c = r.config
         assert r.group == release_group(c) and r.run_id == run_id(r.group, c["config_hash"], r.job_type)
-        assert r.name == f"{c['method']} · {r.job_type}"
+        assert r.name == (c["method"] if r.job_type == "reduce" else f"{c['method']} · {r.job_type}")
         assert c["dataset"] == "synthetic" and c["backbone.max_frames"] == 4 and c["backbone_variant"] == "max_frames=4"
         assert c["prompt_version"].startswith("e-") and c["rubric_version"].startswith("a3-")
         assert c["judge_model"] == "apm.judge.reference.GateOnlyJudge" and c["run_dir"] == str(hashes[c["config_hash"]])
@@ -650,3 +651,33 @@ def test_wandb_is_silent_unless_asked(tmp_path, wandb_env):
         assert done.returncode == 0, done.stderr
         said[flags] = _wandb_lines(done.stdout + done.stderr)
     assert said[()] == [] and len(said[("--wandb-verbose",)]) >= 3
+
+
+@pytest.mark.slow
+def test_the_report_s_table_3_has_every_paper_column_and_its_rows_in_paper_order(publication, published, sweep,
+                                                                                  tmp_path):
+    """Issue 36.7: Table 3 lacked Streaming / Persistent, every row name ended in '· reduce', rows sorted by
+    creation time, and the storage scatter's log axis dropped the methods that store nothing."""
+    spec = json.loads((publication.home / "report.json").read_text())
+    (group,) = spec["groups"].values()
+    orders = _references(group["report"])[1]
+    table3 = ["run:displayName", "config:streaming.value", "config:persistent.value",
+              *(f"summary:capability_score/{c}" for c in ("cross_session", "perception", "adaptive")),
+              "summary:overall/all", "summary:storage_bytes_per_hour/all", "summary:ttft_s/all"]
+    assert table3 in orders
+    sorts = re.findall(r'"key": \{"section": "(\w+)", "name": "([^"]+)"\}, "ascending": (true|false)',
+                       json.dumps(group["report"]))
+    assert sorts and set(sorts) == {("config", "paper_order", "true")}  # every runs table, in the paper's order
+
+    reduce = [r for r in published.values() if r.job_type == "reduce"]
+    assert reduce_main([str(sweep), "--out", str(tmp_path / "report"), "--bootstrap", "0", "--no-figures"]) == 0
+    rows = list(pd.read_csv(tmp_path / "report" / "tables" / "table3.csv")["Method"])
+    assert [r.name for r in sorted(reduce, key=lambda r: r.config["paper_order"])] == rows  # named as the paper
+    assert all(isinstance(r.config["streaming"], bool) and isinstance(r.config["persistent"], bool) for r in reduce)
+
+    scatter = re.findall(r'"xAxis": "([^"]+)"', json.dumps(group["report"]))
+    assert "summary:storage_bytes_per_hour/all" not in scatter and "summary:" + LOG_STORAGE in scatter
+    nothing = [r for r in reduce if r.summary["storage_bytes_per_hour/all"] == 0]
+    assert nothing and all(r.summary[LOG_STORAGE] == 0 for r in nothing)  # drawn at 0, not dropped by a log axis
+    assert all(r.summary[LOG_STORAGE] == pytest.approx(math.log10(1 + r.summary["storage_bytes_per_hour/all"]))
+               for r in reduce)

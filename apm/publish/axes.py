@@ -90,8 +90,12 @@ def coverage_summary(scores: pd.DataFrame) -> dict[str, Any]:
     (None: no plan), ``partial`` and ``coverage_gap`` (what is missing; '' when complete)."""
     first = scores.iloc[0] if len(scores) else pd.Series(dtype=object)
     gap = str(first.get("coverage_gap") or "")
-    return {"n_planned": number(first.get("n_planned")), "coverage": number(first.get("coverage")),
-            "partial": bool(gap), "coverage_gap": gap}
+    return {
+        "n_planned": number(first.get("n_planned")),
+        "coverage": number(first.get("coverage")),
+        "partial": bool(gap),
+        "coverage_gap": gap,
+    }
 
 
 def metric_summary(m: Method) -> dict[str, Any]:
@@ -101,8 +105,12 @@ def metric_summary(m: Method) -> dict[str, Any]:
     s = m.scores
     values = {f"{metric}/{task}": number(v) for metric, task, v in zip(s["metric"], s["task"], s["value"])}
     storage = values.get(STORAGE)
-    return {**values, LOG_STORAGE: None if storage is None else math.log10(1 + storage), "unjudged": m.unjudged,
-            **coverage_summary(s)}
+    return {
+        **values,
+        LOG_STORAGE: None if storage is None else math.log10(1 + storage),
+        "unjudged": m.unjudged,
+        **coverage_summary(s),
+    }
 
 
 def judge_summary(m: Method) -> dict[str, Any]:

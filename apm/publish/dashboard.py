@@ -32,8 +32,11 @@ def table_columns(name: str) -> list[str]:
     row name), its ✓/✗ attributes as config keys (Table 3's Streaming and Persistent), then its numbers
     as summary keys (``task_score/ER``, …)."""
     table: Table = next(t for t in TABLES if t.name == name)
-    return ["run:displayName", *(f"config:{key}.value" for _, key in table.attributes),
-            *(f"summary:{c.metric}/{c.task}" for c in table.columns)]
+    return [
+        "run:displayName",
+        *(f"config:{key}.value" for _, key in table.attributes),
+        *(f"summary:{c.metric}/{c.task}" for c in table.columns),
+    ]
 
 
 def reduce_filter(expr: Any, group: str) -> Any:
@@ -43,8 +46,9 @@ def reduce_filter(expr: Any, group: str) -> Any:
 
 def _modules() -> tuple[Any, Any, Any]:
     """wandb-workspaces' reports, workspaces and filter expressions (imported when used)."""
-    reports, workspaces, expr = (importlib.import_module(f"wandb_workspaces.{m}")
-                                 for m in ("reports.v2", "workspaces", "expr"))
+    reports, workspaces, expr = (
+        importlib.import_module(f"wandb_workspaces.{m}") for m in ("reports.v2", "workspaces", "expr")
+    )
     return reports, workspaces, expr
 
 
@@ -57,8 +61,11 @@ def figure2(wr: Any) -> list[Any]:
     """Figure 2 as two scatters: Overall against latency (its axes) and against storage (its bubbles)."""
     return [
         wr.ScatterPlot(title="Figure 2: Overall against latency (TTFT, s)", x=FIGURE2["x"], y=FIGURE2["y"], log_x=True),
-        wr.ScatterPlot(title="Figure 2: Overall against storage per video hour (x: log10(1 + B/h); 0 B/h at 0)",
-                       x=FIGURE2["storage"], y=FIGURE2["y"]),
+        wr.ScatterPlot(
+            title="Figure 2: Overall against storage per video hour (x: log10(1 + B/h); 0 B/h at 0)",
+            x=FIGURE2["storage"],
+            y=FIGURE2["y"],
+        ),
     ]
 
 
@@ -70,12 +77,22 @@ def report(group: str, project: str, entity: str | None) -> Any:
     whose = {"entity": entity} if entity is not None else {}
 
     def runs(title: str, shown: list[str]) -> Any:
-        return wr.Runset(project=project, name=title, filters=reduce_filter(expr, group), pinned_columns=shown,
-                         visible_columns=shown, column_order=shown, lock_columns=True,
-                         order=[wr.OrderBy(wr.Config(PAPER_ORDER), ascending=True)], **whose)
+        return wr.Runset(
+            project=project,
+            name=title,
+            filters=reduce_filter(expr, group),
+            pinned_columns=shown,
+            visible_columns=shown,
+            column_order=shown,
+            lock_columns=True,
+            order=[wr.OrderBy(wr.Config(PAPER_ORDER), ascending=True)],
+            **whose,
+        )
 
     return wr.Report(
-        project=project, title=f"APM-Bench: Tables 3–4 and Figure 2 · {group}", **whose,
+        project=project,
+        title=f"APM-Bench: Tables 3–4 and Figure 2 · {group}",
+        **whose,
         description="The reduce run of each method (apm-publish); every number as apm-reduce computes it.",
         width="fluid",
         blocks=[
@@ -92,10 +109,11 @@ def workspace(group: str, project: str, entity: str) -> Any:
     scatters and the per-task bars."""
     wr, ws, expr = _modules()
     return ws.Workspace(
-        entity=entity, project=project, name=f"APM-Bench Table 4 · {group}",
+        entity=entity,
+        project=project,
+        name=f"APM-Bench Table 4 · {group}",
         sections=[ws.Section(name="Figure 2 and task scores", is_open=True, panels=[*figure2(wr), task_bars(wr)])],
-        runset_settings=ws.RunsetSettings(filters=reduce_filter(expr, group),
-                                          pinned_columns=table_columns("table4")),
+        runset_settings=ws.RunsetSettings(filters=reduce_filter(expr, group), pinned_columns=table_columns("table4")),
     )
 
 
@@ -103,11 +121,17 @@ def specification(groups: Iterable[str], project: str, entity: str | None) -> di
     """The Report and workspace view of each group as wandb-workspaces would save them (no entity:
     ``""``, the one the upload's account chooses)."""
     who = entity or ""
-    return {"project": project, "entity": entity, "groups": {
-        g: {"report": report(g, project, who)._to_model().model_dump(mode="json", by_alias=True),
-            "workspace": workspace(g, project, who)._to_model().model_dump(mode="json", by_alias=True)}
-        for g in sorted(set(groups))
-    }}
+    return {
+        "project": project,
+        "entity": entity,
+        "groups": {
+            g: {
+                "report": report(g, project, who)._to_model().model_dump(mode="json", by_alias=True),
+                "workspace": workspace(g, project, who)._to_model().model_dump(mode="json", by_alias=True),
+            }
+            for g in sorted(set(groups))
+        },
+    }
 
 
 def build(groups: Iterable[str], project: str, entity: str | None, mode: str, folder: Path) -> list[str]:

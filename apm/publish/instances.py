@@ -21,13 +21,45 @@ from apm.records.model import JudgementLine, named
 from apm.records.prompts import reader, sent_text
 
 COLUMNS = (
-    "key", "task", "family", "probe_id", "polarity", "session", "probe_time", "question", "options",
-    "checkpoint", "correct_option", "evidence_available", "answer", "decision", "correct", "gate_pass",
-    "judge_score", "judge_status", "justification", "parse_status", "parse_error", "error", "output", "prompt",
-    "ttft_s", "total_s", "memory_bytes", "n_frames", "frames", "prompt_version",
+    "key",
+    "task",
+    "family",
+    "probe_id",
+    "polarity",
+    "session",
+    "probe_time",
+    "question",
+    "options",
+    "checkpoint",
+    "correct_option",
+    "evidence_available",
+    "answer",
+    "decision",
+    "correct",
+    "gate_pass",
+    "judge_score",
+    "judge_status",
+    "justification",
+    "parse_status",
+    "parse_error",
+    "error",
+    "output",
+    "prompt",
+    "ttft_s",
+    "total_s",
+    "memory_bytes",
+    "n_frames",
+    "frames",
+    "prompt_version",
 )
-POINT_TEXT = ("proactive_response", "response_reason", "reason", "response_window_rationale",
-              "reference_proactive_response", "silence_reason")
+POINT_TEXT = (
+    "proactive_response",
+    "response_reason",
+    "reason",
+    "response_window_rationale",
+    "reference_proactive_response",
+    "silence_reason",
+)
 """Fields of a heartbeat or window that say what the probe expects, in the order shown."""
 POSITIVE_TEXT = ("reference_proactive_response", "response_window_rationale", "trigger_match_reason")
 """Candidate-level fields that say what a positive window expects (MPA, PRM)."""
@@ -93,24 +125,35 @@ def checkpoint(c: Candidate, probe_id: str, polarity: str | None) -> str | None:
 
 def wrong_or_failed(rec: Mapping[str, Any]) -> bool:
     """An instance worth a look by default: wrong, failing the gate, errored or unparseable."""
-    return (plain(rec["correct"]) is False or plain(rec["gate_pass"]) is False
-            or plain(rec["error"]) is not None or plain(rec["parse_status"]) == "failed")
+    return (
+        plain(rec["correct"]) is False
+        or plain(rec["gate_pass"]) is False
+        or plain(rec["error"]) is not None
+        or plain(rec["parse_status"]) == "failed"
+    )
 
 
 def asked(c: Candidate | None, rec: Mapping[str, Any]) -> dict[str, Any]:
     """The ``question``, ``options`` and ``checkpoint`` cells of a record (None without its candidate)."""
     if c is None:
         return dict.fromkeys(("question", "options", "checkpoint"))
-    return {"question": question(c), "options": options(c),
-            "checkpoint": checkpoint(c, str(rec["probe_id"]), plain(rec["polarity"]))}
+    return {
+        "question": question(c),
+        "options": options(c),
+        "checkpoint": checkpoint(c, str(rec["probe_id"]), plain(rec["polarity"])),
+    }
 
 
 def flat(line: Mapping[str, Any]) -> dict[str, Any]:
     """A record line's cells before the release and the judge add theirs: its fields, the latency's
     timings and its session."""
     latency = line.get("latency") or {}
-    return {**line, "ttft_s": latency.get("ttft_s"), "total_s": latency.get("total_s"),
-            "session": f"{line['day_id']}/{line['session_id']}"}
+    return {
+        **line,
+        "ttft_s": latency.get("ttft_s"),
+        "total_s": latency.get("total_s"),
+        "session": f"{line['day_id']}/{line['session_id']}",
+    }
 
 
 def instance_rows(
@@ -133,10 +176,14 @@ def instance_rows(
         cells = {
             **rec,
             **asked(candidates.get((str(rec["trajectory_id"]), str(rec["candidate_id"]))), rec),
-            "judge_score": j.get("score"), "judge_status": j.get("status"), "justification": note.get("justification"),
-            "prompt": sent_text(rec, kept_text), "n_frames": len(frames),
-            "frames": (thumbnails.strip(str(rec["trajectory_id"]), frames)
-                       if wanted and thumbnails is not None else None),
+            "judge_score": j.get("score"),
+            "judge_status": j.get("status"),
+            "justification": note.get("justification"),
+            "prompt": sent_text(rec, kept_text),
+            "n_frames": len(frames),
+            "frames": (
+                thumbnails.strip(str(rec["trajectory_id"]), frames) if wanted and thumbnails is not None else None
+            ),
         }
         return [plain(cells.get(c)) for c in COLUMNS]
 
@@ -164,7 +211,9 @@ def run_summary(rows: list[list[Any]]) -> dict[str, Any]:
 
 
 JUDGEMENT_COLUMNS = (
-    *named(JudgementLine, "key", "judge", "judge_model", "rubric_version", "status", "failure", "score"), *NOTE_FIELDS)
+    *named(JudgementLine, "key", "judge", "judge_model", "rubric_version", "status", "failure", "score"),
+    *NOTE_FIELDS,
+)
 """The judgements table's columns, as the judgement line model names them."""
 
 

@@ -92,8 +92,10 @@ def instance_lines(m: Method, shrink: Callable[[Line], T]) -> list[T]:
     reads the records' detail) and each winner is shrunk at once, so no line is held. The winner is
     the line :attr:`Method.records` holds (write order); of exact equals, the one read last (the
     reducer's rule)."""
-    wanted = {str(k): order_of({"revision": r, "written_ns": w})
-              for k, r, w in zip(m.records["key"], m.records["revision"], m.records["written_ns"])}
+    wanted = {
+        str(k): order_of({"revision": r, "written_ns": w})
+        for k, r, w in zip(m.records["key"], m.records["revision"], m.records["written_ns"])
+    }
     found: dict[str, T] = {}
     for path in RunDir(m.run_dir).files("records"):
         for line in read_lines(path, "records"):
@@ -128,7 +130,15 @@ def read_methods(run_dir: Path, judge: str | None, rubric: str | None, seed: int
     hashes = set(runs.records["config_hash"].astype("str"))
     blocks, saved = run_blocks(run_dir, hashes), saved_config(run_dir)
     return [
-        Method(h, run_dir, blocks[h], _of(runs.records, h), _of(runs.judgements, h), _of(scores, h), saved,
-               unjudged.get(h, 0))
+        Method(
+            h,
+            run_dir,
+            blocks[h],
+            _of(runs.records, h),
+            _of(runs.judgements, h),
+            _of(scores, h),
+            saved,
+            unjudged.get(h, 0),
+        )
         for h in sorted(hashes)
     ]

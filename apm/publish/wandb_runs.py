@@ -275,8 +275,11 @@ def artifact_of(wandb: Any, spec: ArtifactSpec, staged: Staged, folder: Path) ->
         with artifact.new_file(name, encoding="utf-8") as f:
             f.write(text)
     if spec.files and spec.name not in staged:
-        staged[spec.name] = {e.path: Path(e.local_path) for e in artifact.manifest.entries.values()
-                             if e.path in spec.files and e.local_path}
+        staged[spec.name] = {
+            e.path: Path(e.local_path)
+            for e in artifact.manifest.entries.values()
+            if e.path in spec.files and e.local_path
+        }
     return artifact
 
 
@@ -308,9 +311,17 @@ def write_run(spec: RunSpec, opts: PublishOptions, staged: Staged) -> Published:
     wandb, mode = importlib.import_module("wandb"), opts.mode
     spec.directory.mkdir(parents=True, exist_ok=True)
     run = wandb.init(
-        mode=mode, project=opts.project, entity=opts.entity, id=spec.run_id, name=spec.name, group=spec.group,
-        job_type=spec.job_type, tags=list(spec.tags), dir=str(spec.directory),
-        resume="allow" if mode == "online" else None, reinit="finish_previous",
+        mode=mode,
+        project=opts.project,
+        entity=opts.entity,
+        id=spec.run_id,
+        name=spec.name,
+        group=spec.group,
+        job_type=spec.job_type,
+        tags=list(spec.tags),
+        dir=str(spec.directory),
+        resume="allow" if mode == "online" else None,
+        reinit="finish_previous",
         settings=quiet(wandb, opts.verbose),
     )
     folder = Path(run.settings.sync_dir) if mode == "offline" else None
@@ -318,8 +329,9 @@ def write_run(spec: RunSpec, opts: PublishOptions, staged: Staged) -> Published:
     with staging_in(folder), tempfile.TemporaryDirectory(dir=local) as strips:
         run.config.update(spec.config, allow_val_change=True)
         for key, (columns, rows) in spec.tables.items():
-            run.summary[key] = wandb.Table(columns=list(columns),
-                                           data=[[_cell(wandb, v, Path(strips)) for v in r] for r in rows])
+            run.summary[key] = wandb.Table(
+                columns=list(columns), data=[[_cell(wandb, v, Path(strips)) for v in r] for r in rows]
+            )
         for key, path in spec.images.items():
             run.summary[key] = wandb.Image(str(path))
         run.summary.update(spec.summary)
@@ -341,8 +353,11 @@ def release_of(m: Method, loaded: dict[str, Release | None]) -> Release | None:
         try:
             loaded[root] = load_release(root, check_videos=False)
         except (ReleaseError, OSError) as e:
-            warnings.warn(f"{root}: release not readable ({str(e).splitlines()[0]}); instance tables of "
-                          f"{m.run_dir} have no questions and no frames", stacklevel=2)
+            warnings.warn(
+                f"{root}: release not readable ({str(e).splitlines()[0]}); instance tables of "
+                f"{m.run_dir} have no questions and no frames",
+                stacklevel=2,
+            )
             loaded[root] = None
     return loaded[root]
 
@@ -407,21 +422,48 @@ def method_runs(m: Method, opts: PublishOptions, releases: dict[str, Release | N
     group, config = opts.group or release_group(m), method_config(m, joined(column(instances, "prompt_version")))
 
     def stage(job_type: str, **parts_of_it: Any) -> RunSpec:
-        return RunSpec(run_id(group, m.config_hash, job_type), run_name(config["method"], job_type), group, job_type,
-                       directory, config, method_tags(config), **parts_of_it)
+        return RunSpec(
+            run_id(group, m.config_hash, job_type),
+            run_name(config["method"], job_type),
+            group,
+            job_type,
+            directory,
+            config,
+            method_tags(config),
+            **parts_of_it,
+        )
 
     records = records_artifact(m)
-    specs = [stage("run", summary=run_summary(instances),
-                   tables=parts("instances", COLUMNS, instances, opts.table_rows), logs=[records])]
+    specs = [
+        stage(
+            "run",
+            summary=run_summary(instances),
+            tables=parts("instances", COLUMNS, instances, opts.table_rows),
+            logs=[records],
+        )
+    ]
     if len(m.judgements):
-        specs.append(stage("judge", summary=judge_summary(m),
-                           tables=parts("judgements", JUDGEMENT_COLUMNS, judgement_rows(m), opts.table_rows),
-                           uses=[records], logs=[judgements_artifact(m)]))
-    scores = ArtifactSpec(f"scores-{m.config_hash}", "scores",
-                          texts={"scores.csv": m.scores[SCORE_COLUMNS].to_csv(index=False)})
-    specs.append(stage("reduce", summary=metric_summary(m),
-                       tables=parts("scores", SCORE_COLUMNS, rows_of(m.scores[SCORE_COLUMNS]), opts.table_rows),
-                       uses=inputs_of(m), logs=[scores]))
+        specs.append(
+            stage(
+                "judge",
+                summary=judge_summary(m),
+                tables=parts("judgements", JUDGEMENT_COLUMNS, judgement_rows(m), opts.table_rows),
+                uses=[records],
+                logs=[judgements_artifact(m)],
+            )
+        )
+    scores = ArtifactSpec(
+        f"scores-{m.config_hash}", "scores", texts={"scores.csv": m.scores[SCORE_COLUMNS].to_csv(index=False)}
+    )
+    specs.append(
+        stage(
+            "reduce",
+            summary=metric_summary(m),
+            tables=parts("scores", SCORE_COLUMNS, rows_of(m.scores[SCORE_COLUMNS]), opts.table_rows),
+            uses=inputs_of(m),
+            logs=[scores],
+        )
+    )
     return specs
 
 
