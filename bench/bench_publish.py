@@ -10,8 +10,8 @@ session's summary, the frames, the question; ``RUN_DIR/prompts/``) that reproduc
 each in a subprocess: the baseline — every record line decoded once with orjson, nothing kept
 (:data:`BASELINE`) — and ``apm-publish ROOT --mode offline --bootstrap N --dir OUT``;
 for each the wall seconds, the peak of the summed RSS of its process tree (sampled every
-``--sample-s``) and the bytes it wrote (each file once, however many hard links name it). The records carry no release (no ``config.json``), so the
-tables have no question texts and no thumbnails.
+``--sample-s``) and the bytes it wrote (each file once, however many hard links name it). The records
+carry no release (no ``config.json``), so the tables have no question texts and no thumbnails.
 
     .venv/bin/python bench/bench_publish.py [--methods 10] [--per-method 5600] [--work DIR] [--bootstrap 0]
 """
