@@ -72,13 +72,8 @@ def report_run(out: Path, methods: Sequence[Method], opts: PublishOptions, setti
     group = opts.group or release_group(methods[0])
     report = {k: p for k, p in files_in(out, "**/*").items() if k != MARKER}
     return RunSpec(
-        run_id(group, "sweep", "report"),
-        f"report of {len(methods)} method(s) · {group}",
-        group,
-        "report",
-        publish_dir(methods[0].run_dir, opts),
-        report_config(out, settings),
-        ["report"],
+        run_id(group, "sweep", "report"), f"report of {len(methods)} method(s) · {group}",
+        group, "report", publish_dir(methods[0].run_dir, opts), report_config(out, settings), ["report"],
         tables=report_tables(out),
         images={f"figures/{path.stem}": path for path in sorted((out / "figures").glob("*.png"))},
         uses=[a for m in methods for a in inputs_of(m)],

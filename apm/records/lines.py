@@ -96,13 +96,8 @@ def _one_of(name: str, allowed: tuple[Any, ...], optional: bool = True) -> Field
 
 
 def _text(name: str, optional: bool = True) -> FieldCheck:
-    return _field(
-        name,
-        lambda v: isinstance(v, str) and (optional or v != ""),
-        "a string",
-        str if optional else NonEmpty,
-        optional,
-    )
+    return _field(name, lambda v: isinstance(v, str) and (optional or v != ""), "a string",
+                  str if optional else NonEmpty, optional)
 
 
 def _run(line: Line) -> str | None:
@@ -145,49 +140,24 @@ _REVISION = _field("revision", _is_count, "a non-negative integer", Count)
 
 CHECKS: dict[Kind, tuple[Check, ...]] = {
     "records": (
-        _text("key", optional=False),
-        _run,
-        _one_of("task", values(InstanceRecord, "task"), optional=False),
-        _text("trajectory_id", optional=False),
-        _text("candidate_id", optional=False),
-        _text("family"),
+        _text("key", optional=False), _run, _one_of("task", values(InstanceRecord, "task"), optional=False),
+        _text("trajectory_id", optional=False), _text("candidate_id", optional=False), _text("family"),
         *(_one_of(name, values(InstanceRecord, name)) for name in ("polarity", "parse_status", "decision")),
-        _text("answer"),
-        _text("output"),
-        _text("error"),
-        _one_of("correct", _BOOLEAN),
-        _one_of("gate_pass", _BOOLEAN),
-        _one_of("evidence_available", _BOOLEAN),
-        _text("original_candidate_id"),
-        _latency,
-        _STAMP,
-        _REVISION,
+        _text("answer"), _text("output"), _text("error"),
+        _one_of("correct", _BOOLEAN), _one_of("gate_pass", _BOOLEAN), _one_of("evidence_available", _BOOLEAN),
+        _text("original_candidate_id"), _latency, _STAMP, _REVISION,
     ),
     "judgements": (
-        _text("key", optional=False),
-        _run,
-        _text("judge", optional=False),
-        _one_of("status", values(JudgementLine, "status"), optional=False),
-        _judge_score,
-        _text("response_sha256"),
-        _text("rubric_version"),
-        _text("judge_model"),
-        _text("failure"),
-        _STAMP,
-        _REVISION,
+        _text("key", optional=False), _run, _text("judge", optional=False),
+        _one_of("status", values(JudgementLine, "status"), optional=False), _judge_score, _text("response_sha256"),
+        _text("rubric_version"), _text("judge_model"), _text("failure"), _STAMP, _REVISION,
     ),
     "memory": (
-        _run,
-        _text("trajectory_id", optional=False),
-        _text("day_id", optional=False),
-        _text("session_id", optional=False),
-        _field("session_index", _is_count, "an index", Count, False),
+        _run, _text("trajectory_id", optional=False), _text("day_id", optional=False),
+        _text("session_id", optional=False), _field("session_index", _is_count, "an index", Count, False),
         _field("bytes", _is_count, "a byte count", Count, False),
-        _field(
-            "prior_hours", lambda v: _is_number(v) and v >= 0, "hours ≥ 0", Annotated[float, msgspec.Meta(ge=0)], False
-        ),
-        _text("error"),
-        _STAMP,
+        _field("prior_hours", lambda v: _is_number(v) and v >= 0, "hours ≥ 0", Annotated[float, msgspec.Meta(ge=0)],
+               False), _text("error"), _STAMP,
         _REVISION,
     ),
     "any": (),
@@ -260,11 +230,8 @@ def _typed_latency(kept: tuple[str, ...]) -> Any:
     unknown = sorted(set(kept) - set(field_names(Latency)))
     if unknown:
         raise ValueError(f"latency has no field {unknown[0]} (apm.records.model.Latency)")
-    fields = [
-        (n, float | None, None) if n in _TIMINGS else (n, Any, None)
-        for n in field_names(Latency)
-        if n in _TIMINGS or n in kept
-    ]
+    fields = [(n, float | None, None) if n in _TIMINGS else (n, Any, None) for n in field_names(Latency)
+              if n in _TIMINGS or n in kept]
     return msgspec.defstruct("TypedLatency", fields, kw_only=True) | None
 
 
@@ -341,11 +308,8 @@ def _after_decoding(kind: Kind) -> tuple[tuple[tuple[str, ...], Callable[..., bo
     their values (in that order)."""
     checks = CHECKS[kind]
     bounded = [((c.name,), c.decoded) for c in checks if isinstance(c, FieldCheck) and c.decoded is not None]
-    crossed = [
-        (reads, lambda *values, c=check, r=reads: c(dict(zip(r, values))) is None)
-        for check, reads in _RESIDUAL.items()
-        if check in checks
-    ]
+    crossed = [(reads, lambda *values, c=check, r=reads: c(dict(zip(r, values))) is None)
+               for check, reads in _RESIDUAL.items() if check in checks]
     return (*bounded, *crossed)
 
 
@@ -374,9 +338,8 @@ BLOCK_BYTES = 32 << 20
 never the file's (a method's records at the paper's scale run to hundreds of MB)."""
 
 
-def read_typed(
-    path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[Skipped] | None = None, keep_raw: bool = False
-) -> TypedLines:
+def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[Skipped] | None = None,
+               keep_raw: bool = False) -> TypedLines:
     """The usable lines of one JSONL file as :func:`typed_line` structs (with ``extra`` fields): the lines
     :func:`read_lines` yields (docs/records.md, "Reading lines"); each other line is appended to ``skipped``
     with the reason :func:`read_lines` gives. The file is read in blocks of whole lines (:data:`BLOCK_BYTES`);
@@ -421,15 +384,8 @@ def _blocks(path: Path, skipped: list[Skipped] | None) -> Iterator[tuple[int, by
             skipped.append(Skipped(path, 0, f"unreadable: {e.strerror or e}"))
 
 
-def _read_block(
-    data: bytes,
-    before: int,
-    path: Path,
-    kind: Kind,
-    line_type: type[TypedLine],
-    skipped: list[Skipped] | None,
-    keep_raw: bool,
-) -> TypedLines:
+def _read_block(data: bytes, before: int, path: Path, kind: Kind, line_type: type[TypedLine],
+                skipped: list[Skipped] | None, keep_raw: bool) -> TypedLines:
     """:func:`read_typed` of one block of a file, its lines numbered after the ``before`` lines ahead of it."""
     beyond = _beyond_double(data)
     at_once = None if beyond else _all_typed(data, kind, line_type, keep_raw)
@@ -457,7 +413,8 @@ def _read_block(
     return out
 
 
-def _all_typed(data: bytes, kind: Kind, line_type: type[TypedLine], keep_raw: bool) -> tuple[TypedLines, int] | None:
+def _all_typed(data: bytes, kind: Kind, line_type: type[TypedLine],
+               keep_raw: bool) -> tuple[TypedLines, int] | None:
     """A file's lines as :func:`read_typed` reads them line by line, and the number of its unterminated
     last line (0: none), when the typed decoder settles every terminated line (each UTF-8 and non-blank,
     accepted by the decoder, its run block passing :func:`_run`, the line passing :func:`_after_decoding`'s
@@ -547,14 +504,8 @@ def _is_utf8(raw: bytes) -> bool:
     return True
 
 
-def _decoded(
-    raw: bytes,
-    kind: Kind,
-    line_type: type[TypedLine],
-    blocks: dict[bytes, int | None],
-    runs: list[dict[str, Any]],
-    by_dict: bool,
-) -> tuple[TypedLine, int] | str:
+def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[bytes, int | None],
+             runs: list[dict[str, Any]], by_dict: bool) -> tuple[TypedLine, int] | str:
     """One line as a typed line and the index of its ``run`` block in ``runs`` (``blocks``: the index of
     each distinct block seen in the file, None for an unusable one), or why it is unusable. The typed
     decoder settles a line it accepts whose run block and :func:`_after_decoding` checks pass; the dict
