@@ -23,7 +23,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
@@ -473,11 +473,11 @@ def _wandb_sink(cfg: DictConfig, setup: RunSetup):
     if w.mode == "disabled":
         return None
     info = setup.run_info
-    resolved = redact_data(OmegaConf.to_container(cfg, resolve=True))
+    resolved = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     return WandbSink(
         mode=w.mode, project=w.project, entity=w.get("entity"), group=w.group or release_group(info),
         name=f"{info['memory']} · {info['backbone']} · {setup.shard_label}",
-        config=run_config(info, resolved, setup.run_dir), run_dir=setup.run_dir,
+        config=redact_data(run_config(info, resolved, setup.run_dir)), run_dir=setup.run_dir,
         chunk_rows=w.table_chunk_rows, run_id=f"{info['config_hash']}-{setup.shard_label}", flush_s=w.flush_s,
         verbose=w.verbose,
     )
