@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 from support.runner import compose_run, records, run
+from test_publish import read_offline
 
+from apm.publish import PublishOptions, publish
 from apm.synth import generate
 
 WANDB = Path(sys.executable).parent / "wandb"
@@ -64,3 +66,23 @@ def test_rows_still_flush_by_count_and_the_default_timer_is_30_s(tiny, tmp_path,
     run_dir = run(cfg)
     n = len(records(run_dir))
     assert [s["progress/instances"] for s in history(run_dir)] == [*range(10, n, 10), n]
+
+
+@pytest.mark.slow
+def test_the_live_mirror_is_quiet_and_shares_the_published_group_and_config(tiny, tmp_path, wandb_env, monkeypatch,
+                                                                             capfd):
+    """Issue 36.7: the live mirror printed ~20 ``wandb:`` lines per job (terminal and SLURM log alike), grouped
+    by the output folder's name and logged the nested resolved config; it is silent now, in the release's
+    group with the published runs' flat keys (the keys only records give are the publish's own)."""
+    monkeypatch.delenv("WANDB_SILENT")
+    run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", SLOW))
+    said = capfd.readouterr()
+    assert [line for line in (said.out + said.err).splitlines() if line.startswith("wandb:")] == []
+    (live,) = map(read_offline, (run_dir / "wandb").glob("offline-run-*"))
+    published = publish([run_dir], PublishOptions(bootstrap=0, directory=tmp_path / "publish"))
+    reduce = read_offline(next(p.folder for p in published if p.job_type == "reduce"))
+    assert live.group == reduce.group == f"{reduce.config['dataset_name']}-{reduce.config['release_fingerprint'][:8]}"
+    shared = set(live.config) - {"resolved"}
+    assert {"config_hash", "memory", "backbone", "streaming", "persistent", "run_dir"} <= shared <= set(reduce.config)
+    assert {k: live.config[k] for k in shared} == {k: reduce.config[k] for k in shared}
+    assert set(live.config["resolved"]) == set(reduce.config["resolved"])

@@ -280,3 +280,21 @@ def test_categorical_parts_of_different_types_join_through_their_values() -> Non
     joined = pd.Series(load._union(parts))
     expected = pd.Series([2, 1, "b", None], dtype=object).astype("category")
     pd.testing.assert_series_equal(joined, expected)
+
+
+@pytest.mark.parametrize("kind", ["records", "judgements", "memory"])
+def test_a_file_read_in_blocks_reads_as_it_does_whole(tmp_path: Path, kind: Kind,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37.3: a file was held whole (three times: its bytes, their translation, their lines); read in
+    blocks of a few lines, the fuzzed file gives the same lines, run blocks, bytes and skipped lines (their
+    numbers the file's), whichever block a line, a torn tail or a bad line falls in."""
+    path = _fuzzed(tmp_path, kind)
+    whole: list[Skipped] = []
+    typed = read_typed(path, kind, ("output", "day_id", "frames"), whole, keep_raw=True)
+    for size in (1, 700, 4096):
+        monkeypatch.setattr(lines, "BLOCK_BYTES", size)
+        blocks: list[Skipped] = []
+        small = read_typed(path, kind, ("output", "day_id", "frames"), blocks, keep_raw=True)
+        assert [str(s) for s in blocks] == [str(s) for s in whole], size
+        assert [typed.runs[i] for i in typed.run_of] == [small.runs[i] for i in small.run_of]
+        assert (small.lines, small.raw) == (typed.lines, typed.raw)

@@ -31,6 +31,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="replicates; 0: no intervals")
     p.add_argument("--all-frames", action="store_true", help="thumbnails for every instance, not only wrong or failed")
     p.add_argument("--cache-dir", help="frame cache for thumbnails (default: the run's frames.cache_dir)")
+    p.add_argument("--wandb-verbose", action="store_true",
+                   help="show wandb's own 'wandb:' lines (default: silent; apm-publish prints what it wrote)")
     p.add_argument("--report", action="store_true",
                    help="also a W&B Report and workspace view of Tables 3-4 and Figure 2 per group (offline: "
                         "their specification, DIR/report.json)")
@@ -49,7 +51,7 @@ def options(args: argparse.Namespace) -> PublishOptions:
     return PublishOptions(
         project=args.project, entity=args.entity, group=args.group, mode=args.mode, directory=args.dir,
         judge=args.judge, rubric=args.rubric, seed=args.seed, bootstrap=args.bootstrap,
-        all_frames=args.all_frames, cache_dir=args.cache_dir,
+        all_frames=args.all_frames, cache_dir=args.cache_dir, verbose=args.wandb_verbose,
     )
 
 

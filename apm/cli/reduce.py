@@ -43,6 +43,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--wandb-dir", type=Path,
                    help="offline runs go to DIR/wandb (default: $WANDB_DIR/apm-publish, else the sweep root's "
                         "publish/), as apm-publish --dir")
+    p.add_argument("--wandb-verbose", action="store_true", help="show wandb's own 'wandb:' lines (default: silent)")
     p.add_argument("--wandb-mode", default=os.environ.get("WANDB_MODE", "offline"),
                    choices=["online", "offline", "disabled"], help="default: $WANDB_MODE, else offline")
     return p
@@ -72,6 +73,7 @@ def _wandb(args: argparse.Namespace) -> list[str]:
     opts = PublishOptions(
         project=args.wandb_project, entity=args.wandb_entity, group=args.wandb_group, mode=args.wandb_mode,
         directory=args.wandb_dir, judge=args.judge, rubric=args.rubric, seed=args.seed, bootstrap=args.bootstrap,
+        verbose=args.wandb_verbose,
     )
     methods = read_all(args.runs, opts)
     settings = {k: getattr(args, k) for k in REDUCE_SETTINGS}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from apm.records.redact import redact_data
+from apm.records.wandb_identity import quiet
 
 ROW_COLUMNS = (
     "key", "task", "family", "polarity", "probe_time", "decision", "answer", "correct_option", "correct",
@@ -47,7 +48,7 @@ class WandbSink:
 
     def __init__(self, mode: WandbMode, project: str, name: str, group: str | None, config: dict[str, Any],
                  run_dir: Path, entity: str | None = None, chunk_rows: int = 5000, run_id: str | None = None,
-                 flush_s: float = 30.0):
+                 flush_s: float = 30.0, verbose: bool = False):
         import wandb
 
         self._wandb = wandb
@@ -60,7 +61,7 @@ class WandbSink:
         self.run = wandb.init(
             mode=mode, project=project, entity=entity, name=name, group=group, config=config, job_type="live",
             tags=["live"], dir=str(run_dir), id=attempt_id(run_id) if run_id else None, reinit="finish_previous",
-            settings=wandb.Settings(x_disable_meta=True),  # W&B's own metadata holds the raw command line
+            settings=quiet(wandb, verbose, x_disable_meta=True),  # W&B's metadata holds the raw command line
         )
 
     def __call__(self, rec: dict[str, Any]) -> None:

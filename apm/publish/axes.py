@@ -10,12 +10,18 @@ from typing import Any
 import pandas as pd
 
 from apm.publish.source import Method
-from apm.reduce.names import is_reference, row_label
+from apm.records.wandb_identity import release_group as group_of
+from apm.records.wandb_identity import run_config
+from apm.reduce.names import is_reference, row_label, row_rank
 
-NOT_THE_METHOD = ("shard", "logging")
-"""Parts of ``config.json``'s config that describe the last job, not the method."""
 MAX_TAG = 64
 """W&B refuses longer tags."""
+
+
+STORAGE = "storage_bytes_per_hour/all"
+LOG_STORAGE = "log10_1p_storage_bytes_per_hour/all"
+"""log10(1 + storage per video hour): Figure 2's storage axis on a linear W&B axis, so a method that
+stores nothing (0 B/h) is drawn at 0 instead of dropped by a log axis (a symlog with a 1 B/h linear part)."""
 
 
 def joined(values: Iterable[Any]) -> str | None:
@@ -33,47 +39,43 @@ def _ok(m: Method) -> pd.DataFrame:
     return m.judgements[m.judgements["status"].astype("str") == "ok"]
 
 
-def method_config(m: Method) -> dict[str, Any]:
-    """Flat keys for each sweep axis: the config-group choices (display names for runs that predate
-    them), the config hash, each differing setting (``memory.recent_frames``), capabilities, the
-    prompt and rubric digests and the judge; the rest of the resolved config nested under ``resolved``."""
-    run, first, ok = m.run, m.records.iloc[0], _ok(m)
-    choices, capabilities = run.get("choices") or {}, run.get("capabilities") or {}
-    variants = (str(first["memory_variant"]), str(first["backbone_variant"]))
+def method_config(m: Method, prompt_version: str | None) -> dict[str, Any]:
+    """The flat config the live mirror also writes (:func:`~apm.records.wandb_identity.run_config`), and
+    what only the records give: the method's table label, its variants and settings, family and tag,
+    the prompt (``prompt_version``: its records' versions, :func:`joined`), the judge and rubric used."""
+    first, ok = m.records.iloc[0], _ok(m)
     return {
-        "config_hash": m.config_hash,
-        "dataset": choices.get("dataset") or run["dataset"],
-        "memory": str(first["memory_config"]),
-        "backbone": str(first["backbone_config"]),
-        "writer": choices.get("writer"),
-        "judge": choices.get("judge"),
+        **run_config(method_run(m), m.saved.get("config") or {}, m.run_dir),
         "method": row_label(first),
-        "dataset_name": run["dataset"],
-        "memory_name": run["memory"],
-        "backbone_name": run["backbone"],
-        "memory_variant": variants[0],
-        "backbone_variant": variants[1],
+        "paper_order": paper_order(first),
+        "memory_variant": str(first["memory_variant"]),
+        "backbone_variant": str(first["backbone_variant"]),
         "settings": str(first["settings"]),
         "method_family": str(first["method_family"]),
         "tag": str(first["tag"]),
-        "streaming": capabilities.get("streaming"),
-        "persistent": capabilities.get("persistent"),
-        "prompt_version": joined(m.records["prompt_version"]),
+        "prompt_version": prompt_version,
         "judge_name": joined(ok["judge"]),
         "judge_model": joined(ok["judge_model"]),
         "rubric_version": joined(ok["rubric_version"]),
-        "release_fingerprint": m.saved.get("release_fingerprint"),
-        "run_dir": str(m.run_dir),
-        **(run.get("overrides") or {}),
-        "resolved": {k: v for k, v in (m.saved.get("config") or {}).items() if k not in NOT_THE_METHOD},
     }
 
 
+def paper_order(first: Any) -> str:
+    """Where the method's row stands in the paper's tables (:func:`~apm.reduce.names.row_rank`, then its
+    label) as text that sorts the same: the Report orders its runs tables by it."""
+    family, kind, memory, backbone, tag, name = row_rank(first)
+    return f"{family:02d}.{kind:02d}.{memory}.{backbone:02d}.{tag}.{name}.{row_label(first)}"
+
+
+def method_run(m: Method) -> dict[str, Any]:
+    """The method's ``run`` block, its release from ``config.json`` where the block predates it."""
+    return {**m.run, "release_fingerprint": m.run.get("release_fingerprint") or m.saved.get("release_fingerprint")}
+
+
 def release_group(m: Method) -> str:
-    """The default W&B group: the release the method ran on, ``<dataset>-<first 8 hex of its
-    fingerprint>`` — every method scored on one release is one comparison (Tables 3 and 4)."""
-    fingerprint = str(m.run.get("release_fingerprint") or m.saved.get("release_fingerprint") or "unknown")
-    return f"{m.run['dataset']}-{fingerprint[:8]}"
+    """The default W&B group, the live mirror's too: the release the method ran on
+    (:func:`apm.records.wandb_identity.release_group`)."""
+    return group_of(method_run(m))
 
 
 def method_tags(config: dict[str, Any]) -> list[str]:
@@ -88,8 +90,12 @@ def coverage_summary(scores: pd.DataFrame) -> dict[str, Any]:
     (None: no plan), ``partial`` and ``coverage_gap`` (what is missing; '' when complete)."""
     first = scores.iloc[0] if len(scores) else pd.Series(dtype=object)
     gap = str(first.get("coverage_gap") or "")
-    return {"n_planned": number(first.get("n_planned")), "coverage": number(first.get("coverage")),
-            "partial": bool(gap), "coverage_gap": gap}
+    return {
+        "n_planned": number(first.get("n_planned")),
+        "coverage": number(first.get("coverage")),
+        "partial": bool(gap),
+        "coverage_gap": gap,
+    }
 
 
 def metric_summary(m: Method) -> dict[str, Any]:
@@ -98,18 +104,12 @@ def metric_summary(m: Method) -> dict[str, Any]:
     that withhold judged metrics (None) and the method's coverage (:func:`coverage_summary`)."""
     s = m.scores
     values = {f"{metric}/{task}": number(v) for metric, task, v in zip(s["metric"], s["task"], s["value"])}
-    return {**values, "unjudged": m.unjudged, **coverage_summary(s)}
-
-
-def run_summary(m: Method) -> dict[str, Any]:
-    """What the run stage left on record: instances, errors, parse failures and repairs, peak memory."""
-    r, parse = m.records, m.records["parse_status"].astype("str")
+    storage = values.get(STORAGE)
     return {
-        "instances": len(r),
-        "errors": int(r["error"].notna().sum()),
-        "parse_failed": int((parse == "failed").sum()),
-        "parse_repaired": int((parse == "repaired").sum()),
-        "memory_bytes_max": number(pd.to_numeric(r["memory_bytes"]).max()),
+        **values,
+        LOG_STORAGE: None if storage is None else math.log10(1 + storage),
+        "unjudged": m.unjudged,
+        **coverage_summary(s),
     }
 
 

@@ -14,19 +14,52 @@ from typing import Any
 import pandas as pd
 
 from apm.data.model import Candidate, Release
-from apm.publish.source import NOTE_FIELDS, Method, stamp
+from apm.publish.source import NOTE_FIELDS, Method, instance_lines, judge_notes, stamp
 from apm.publish.thumbnails import Thumbnails
+from apm.records.lines import Line
 from apm.records.model import JudgementLine, named
 from apm.records.prompts import reader, sent_text
 
 COLUMNS = (
-    "key", "task", "family", "probe_id", "polarity", "session", "probe_time", "question", "options",
-    "checkpoint", "correct_option", "evidence_available", "answer", "decision", "correct", "gate_pass",
-    "judge_score", "judge_status", "justification", "parse_status", "parse_error", "error", "output", "prompt",
-    "ttft_s", "total_s", "memory_bytes", "n_frames", "frames",
+    "key",
+    "task",
+    "family",
+    "probe_id",
+    "polarity",
+    "session",
+    "probe_time",
+    "question",
+    "options",
+    "checkpoint",
+    "correct_option",
+    "evidence_available",
+    "answer",
+    "decision",
+    "correct",
+    "gate_pass",
+    "judge_score",
+    "judge_status",
+    "justification",
+    "parse_status",
+    "parse_error",
+    "error",
+    "output",
+    "prompt",
+    "ttft_s",
+    "total_s",
+    "memory_bytes",
+    "n_frames",
+    "frames",
+    "prompt_version",
 )
-POINT_TEXT = ("proactive_response", "response_reason", "reason", "response_window_rationale",
-              "reference_proactive_response", "silence_reason")
+POINT_TEXT = (
+    "proactive_response",
+    "response_reason",
+    "reason",
+    "response_window_rationale",
+    "reference_proactive_response",
+    "silence_reason",
+)
 """Fields of a heartbeat or window that say what the probe expects, in the order shown."""
 POSITIVE_TEXT = ("reference_proactive_response", "response_window_rationale", "trigger_match_reason")
 """Candidate-level fields that say what a positive window expects (MPA, PRM)."""
@@ -92,56 +125,104 @@ def checkpoint(c: Candidate, probe_id: str, polarity: str | None) -> str | None:
 
 def wrong_or_failed(rec: Mapping[str, Any]) -> bool:
     """An instance worth a look by default: wrong, failing the gate, errored or unparseable."""
-    return (plain(rec["correct"]) is False or plain(rec["gate_pass"]) is False
-            or plain(rec["error"]) is not None or plain(rec["parse_status"]) == "failed")
+    return (
+        plain(rec["correct"]) is False
+        or plain(rec["gate_pass"]) is False
+        or plain(rec["error"]) is not None
+        or plain(rec["parse_status"]) == "failed"
+    )
 
 
 def asked(c: Candidate | None, rec: Mapping[str, Any]) -> dict[str, Any]:
     """The ``question``, ``options`` and ``checkpoint`` cells of a record (None without its candidate)."""
     if c is None:
         return dict.fromkeys(("question", "options", "checkpoint"))
-    return {"question": question(c), "options": options(c),
-            "checkpoint": checkpoint(c, str(rec["probe_id"]), plain(rec["polarity"]))}
+    return {
+        "question": question(c),
+        "options": options(c),
+        "checkpoint": checkpoint(c, str(rec["probe_id"]), plain(rec["polarity"])),
+    }
+
+
+def flat(line: Mapping[str, Any]) -> dict[str, Any]:
+    """A record line's cells before the release and the judge add theirs: its fields, the latency's
+    timings and its session."""
+    latency = line.get("latency") or {}
+    return {
+        **line,
+        "ttft_s": latency.get("ttft_s"),
+        "total_s": latency.get("total_s"),
+        "session": f"{line['day_id']}/{line['session_id']}",
+    }
 
 
 def instance_rows(
     m: Method, candidates: Candidates, thumbnails: Thumbnails | None, all_frames: bool = False
 ) -> list[list[Any]]:
-    """The rows of :data:`COLUMNS`, sorted by key (``prompt``: the text sent, or why it is not shown,
-    :func:`apm.records.prompts.sent_text`); a strip only for wrong or failed instances (every
-    instance with ``all_frames``) and only when the frames can be read."""
+    """The rows of :data:`COLUMNS`, sorted by key, each made as its record line is read
+    (:func:`~apm.publish.source.instance_lines`: a method's frame lists are never held) (``prompt``: the
+    text sent, or why it is not shown, :func:`apm.records.prompts.sent_text`); a strip only for wrong or
+    failed instances (every instance with ``all_frames``) and only when the frames can be read."""
     judged = {j["key"]: j for j in m.judgements.to_dict("records")}
+    notes = judge_notes(m)
     kept_text = lru_cache(maxsize=None)(reader(m.run_dir))  # a template's text is read once per run dir
-    rows = []
-    for rec in sorted(m.records.to_dict("records"), key=lambda r: r["key"]):
+
+    def row(line: Line) -> list[Any]:
+        rec = flat(line)
         j = judged.get(rec["key"], {})
-        note = m.notes.get((m.config_hash, rec["key"], stamp(j.get("written_ns"))), {})
-        frames = plain(rec["frames"]) or []
+        note = notes.get((m.config_hash, rec["key"], stamp(j.get("written_ns"))), {})
+        frames = rec.get("frames") or []
         wanted = thumbnails is not None and frames and (all_frames or wrong_or_failed(rec))
         cells = {
             **rec,
             **asked(candidates.get((str(rec["trajectory_id"]), str(rec["candidate_id"]))), rec),
-            "session": f"{rec['day_id']}/{rec['session_id']}",
-            "judge_score": j.get("score"), "judge_status": j.get("status"), "justification": note.get("justification"),
-            "prompt": sent_text(rec, kept_text), "n_frames": len(frames),
-            "frames": (thumbnails.strip(str(rec["trajectory_id"]), frames)
-                       if wanted and thumbnails is not None else None),
+            "judge_score": j.get("score"),
+            "judge_status": j.get("status"),
+            "justification": note.get("justification"),
+            "prompt": sent_text(rec, kept_text),
+            "n_frames": len(frames),
+            "frames": (
+                thumbnails.strip(str(rec["trajectory_id"]), frames) if wanted and thumbnails is not None else None
+            ),
         }
-        rows.append([plain(cells[c]) for c in COLUMNS])
-    return rows
+        return [plain(cells.get(c)) for c in COLUMNS]
+
+    return instance_lines(m, row)
+
+
+def column(rows: list[list[Any]], name: str) -> list[Any]:
+    """One column of :data:`COLUMNS` rows."""
+    at = COLUMNS.index(name)
+    return [r[at] for r in rows]
+
+
+def run_summary(rows: list[list[Any]]) -> dict[str, Any]:
+    """What the run stage left on record, from its instance rows: instances, errors, parse failures and
+    repairs, peak memory, and the strips made."""
+    parse, memory = column(rows, "parse_status"), [b for b in column(rows, "memory_bytes") if b is not None]
+    return {
+        "instances": len(rows),
+        "errors": sum(e is not None for e in column(rows, "error")),
+        "parse_failed": parse.count("failed"),
+        "parse_repaired": parse.count("repaired"),
+        "memory_bytes_max": float(max(memory)) if memory else None,
+        "thumbnails": sum(f is not None for f in column(rows, "frames")),
+    }
 
 
 JUDGEMENT_COLUMNS = (
-    *named(JudgementLine, "key", "judge", "judge_model", "rubric_version", "status", "failure", "score"), *NOTE_FIELDS)
+    *named(JudgementLine, "key", "judge", "judge_model", "rubric_version", "status", "failure", "score"),
+    *NOTE_FIELDS,
+)
 """The judgements table's columns, as the judgement line model names them."""
 
 
 def judgement_rows(m: Method) -> list[list[Any]]:
     """The selected judgement of each judged instance, sorted by key, with the judge's text (checks
     and issues as JSON)."""
-    rows = []
+    rows, notes = [], judge_notes(m)
     for j in sorted(m.judgements.to_dict("records"), key=lambda j: j["key"]):
-        note = m.notes.get((m.config_hash, j["key"], stamp(j.get("written_ns"))), {})
+        note = notes.get((m.config_hash, j["key"], stamp(j.get("written_ns"))), {})
         cells = {**j, **{k: v if isinstance(v, str | None) else json.dumps(v) for k, v in note.items()}}
         rows.append([plain(cells.get(c)) for c in JUDGEMENT_COLUMNS])
     return rows

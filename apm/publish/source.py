@@ -1,22 +1,27 @@
 """What a publish reads: per method (config hash), its records, judgements and scores from the JSONL
-of its run directory (the source of truth), its ``config.json`` and the judges' text."""
+of its run directory (the source of truth), its ``config.json`` and the judges' text. The scores are
+computed from the scoring columns of every method at once; the records' detail (frames, prompt,
+output) is streamed one method at a time (:func:`instance_lines`), so a publish holds one method's
+table, never the sweep's records."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
-from apm.records.lines import read_lines
+from apm.records.lines import Line, read_lines
 from apm.records.model import JudgementLine, named
 from apm.records.rundir import RunDir
 from apm.reduce import load_runs, score_table
 from apm.reduce.units import unit_views
 
+T = TypeVar("T")
 JudgeNotes = dict[tuple[str, str, float | None], dict[str, Any]]
 """The free text of judgement lines, by (config hash, key, write stamp)."""
 NOTE_FIELDS = named(JudgementLine, "justification", "criterion_checks", "critical_issues")
@@ -24,7 +29,8 @@ NOTE_FIELDS = named(JudgementLine, "justification", "criterion_checks", "critica
 
 @dataclass(frozen=True)
 class Method:
-    """One method's inputs: its latest records, the selected judgements, its rows of the score table."""
+    """One method's inputs: the scoring columns of its latest records (the detail is streamed by
+    :func:`instance_lines`), the selected judgements, its rows of the score table."""
 
     config_hash: str
     run_dir: Path
@@ -35,7 +41,6 @@ class Method:
     scores: pd.DataFrame
     saved: dict[str, Any]
     """The run dir's ``config.json`` (``{}`` for a run dir the runner did not write)."""
-    notes: JudgeNotes
     unjudged: int
     """Its gate-passing adaptive probes without an ok judgement (the reduction's candidate units)."""
 
@@ -62,15 +67,41 @@ def stamp(value: Any) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
-def judge_notes(run_dir: Path) -> JudgeNotes:
-    """Justification, criterion checks and critical issues of every usable judgement line of a run dir;
-    of lines sharing a key and stamp, the one read last (the reducer's rule)."""
+def judge_notes(m: Method) -> JudgeNotes:
+    """Justification, criterion checks and critical issues of the method's usable judgement lines; of
+    lines sharing a key and stamp, the one read last (the reducer's rule)."""
     notes: JudgeNotes = {}
-    for path in RunDir(run_dir).files("judgements"):
+    for path in RunDir(m.run_dir).files("judgements"):
         for line in read_lines(path, "judgements"):
             config_hash = str((line.get("run") or {}).get("config_hash"))
-            notes[(config_hash, line["key"], stamp(line.get("written_ns")))] = {f: line.get(f) for f in NOTE_FIELDS}
+            if config_hash == m.config_hash:
+                notes[(config_hash, line["key"], stamp(line.get("written_ns")))] = {f: line.get(f) for f in NOTE_FIELDS}
     return notes
+
+
+def order_of(value: Any) -> tuple[float, float]:
+    """Where a line stands in write order (docs/records.md, "Which line of a key wins"): its revision
+    (none: 0), then its stamp (none: before any)."""
+    revision, written = stamp(value.get("revision")), stamp(value.get("written_ns"))
+    return (revision or 0.0, -math.inf if written is None else written)
+
+
+def instance_lines(m: Method, shrink: Callable[[Line], T]) -> list[T]:
+    """``shrink`` of the method's latest record line of each key, with every field (frames, prompt,
+    output), in key order: the lines are read one at a time from its run dir (the one place a publish
+    reads the records' detail) and each winner is shrunk at once, so no line is held. The winner is
+    the line :attr:`Method.records` holds (write order); of exact equals, the one read last (the
+    reducer's rule)."""
+    wanted = {
+        str(k): order_of({"revision": r, "written_ns": w})
+        for k, r, w in zip(m.records["key"], m.records["revision"], m.records["written_ns"])
+    }
+    found: dict[str, T] = {}
+    for path in RunDir(m.run_dir).files("records"):
+        for line in read_lines(path, "records"):
+            if line["run"]["config_hash"] == m.config_hash and wanted.get(line["key"]) == order_of(line):
+                found[line["key"]] = shrink(line)
+    return [found[key] for key in sorted(found)]
 
 
 def run_blocks(run_dir: Path, hashes: set[str]) -> dict[str, dict[str, Any]]:
@@ -90,16 +121,24 @@ def _of(df: pd.DataFrame, config_hash: str) -> pd.DataFrame:
 
 def read_methods(run_dir: Path, judge: str | None, rubric: str | None, seed: int, reps: int) -> list[Method]:
     """The methods of one run dir, read as ``apm-reduce`` reads them (latest line per key wins)."""
-    runs = load_runs([run_dir], judge, rubric, detail=True)
+    runs = load_runs([run_dir], judge, rubric)
     if runs.records.empty:
         return []
     units = unit_views(runs.records, runs.judgements)
     scores = score_table(runs.records, runs.judgements, runs.memory, seed, reps, runs.plans, units)
     unjudged = units.unjudged_by_method()
     hashes = set(runs.records["config_hash"].astype("str"))
-    blocks, saved, notes = run_blocks(run_dir, hashes), saved_config(run_dir), judge_notes(run_dir)
+    blocks, saved = run_blocks(run_dir, hashes), saved_config(run_dir)
     return [
-        Method(h, run_dir, blocks[h], _of(runs.records, h), _of(runs.judgements, h), _of(scores, h), saved, notes,
-               unjudged.get(h, 0))
+        Method(
+            h,
+            run_dir,
+            blocks[h],
+            _of(runs.records, h),
+            _of(runs.judgements, h),
+            _of(scores, h),
+            saved,
+            unjudged.get(h, 0),
+        )
         for h in sorted(hashes)
     ]

@@ -25,12 +25,23 @@ T = TypeVar("T")
 Frame = Mapping[str, Any]
 
 
+JPEG_QUALITY = 85
+
+
 @dataclass(frozen=True)
 class Strip:
-    """The thumbnails of an instance's frames side by side, captioned with their wall-clock times."""
+    """The thumbnails of an instance's frames side by side, as a JPEG (a table of thousands of strips
+    holds kilobytes each, not decoded pixels), captioned with their wall-clock times."""
 
-    image: Image.Image
+    jpeg: bytes
     caption: str
+
+
+def encoded(image: Image.Image) -> bytes:
+    """``image`` as a JPEG of :data:`JPEG_QUALITY`."""
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=JPEG_QUALITY)
+    return out.getvalue()
 
 
 def spread(items: Sequence[T], k: int = MAX_THUMBNAILS) -> list[T]:
@@ -75,4 +86,4 @@ class Thumbnails:
             return None
         if not images:
             return None
-        return Strip(side_by_side(images), " · ".join(str(f.get("wall_clock")) for f in shown))
+        return Strip(encoded(side_by_side(images)), " · ".join(str(f.get("wall_clock")) for f in shown))

@@ -2,7 +2,8 @@
 
 Each method (config hash) gets one W&B run per stage — ``run`` (the per-instance table), ``judge``
 (the judgements, when there are any) and ``reduce`` (the paper's metrics in its summary) — with a
-deterministic id ``<config hash>-<stage>-<group digest>``, named ``<method> · <stage>``, each logging
+deterministic id ``<config hash>-<stage>-<group digest>``, named ``<method> · <stage>`` (``reduce``: the
+method's row name alone, :func:`run_name`), each logging
 its stage's output as an artifact and using the artifacts it was made from (records → judgements →
 scores). All of a call's runs go into one folder (:func:`publish_dir`: ``--dir``, else
 ``$WANDB_DIR/apm-publish``, else the sweep's ``publish/``). Everything goes into the run's summary
@@ -20,6 +21,7 @@ import importlib
 import os
 import shlex
 import shutil
+import tempfile
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack, closing, contextmanager
@@ -35,21 +37,23 @@ from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.live.progress import Progress, Unit, stage_progress
 from apm.publish.axes import (
+    joined,
     judge_summary,
     method_config,
     method_tags,
     metric_summary,
     release_group,
-    run_summary,
 )
 from apm.publish.dashboard import REPORT_FILE
 from apm.publish.instances import (
     COLUMNS,
     JUDGEMENT_COLUMNS,
     candidates_of,
+    column,
     instance_rows,
     judgement_rows,
     plain,
+    run_summary,
 )
 from apm.publish.source import Method, read_methods, sweep_root
 from apm.publish.thumbnails import Strip, Thumbnails
@@ -57,6 +61,7 @@ from apm.records.atomic import OUTPUT_LOCK, OutputRefused, claim_output, read_ma
 from apm.records.lock import LockHeld, WriterLock, held_elsewhere, holder_line, read_holder, this_process
 from apm.records.redact import redact_data, register_config_secrets
 from apm.records.rundir import RunDir
+from apm.records.wandb_identity import quiet
 from apm.reduce.load import check_preference, run_dirs
 from apm.reduce.scores import SCORE_COLUMNS
 from apm.video.cache import FrameCache
@@ -92,6 +97,8 @@ class PublishOptions:
     cache_dir: str | None = None
     """Frame cache to read thumbnails from; default: the run's ``frames.cache_dir``."""
     table_rows: int = MAX_ROWS
+    verbose: bool = False
+    """wandb's own ``wandb:`` lines on the terminal (silent otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,12 @@ class Published:
 def run_id(group: str, config_hash: str, stage: str) -> str:
     """The W&B run id of one method's stage within a group: the same on every publish."""
     return f"{config_hash}-{stage}-{hashlib.sha256(group.encode()).hexdigest()[:8]}"
+
+
+def run_name(method: str, stage: str) -> str:
+    """A stage run's name: the ``reduce`` run, the one the Report's tables show, is named as the paper
+    names the method's row; the others ``<method> · <stage>``."""
+    return method if stage == "reduce" else f"{method} · {stage}"
 
 
 def chunks(items: Sequence[Any], size: int = MAX_ROWS) -> list[Sequence[Any]]:
@@ -232,19 +245,55 @@ def _busy(directory: Path, holder: dict[str, Any] | None) -> OutputRefused:
     return OutputRefused(f"refusing --dir {directory}: another apm-publish is writing it ({holder_line(holder)})")
 
 
-def _cell(wandb: Any, value: Any) -> Any:
-    return wandb.Image(value.image, caption=value.caption, file_type="jpg") if isinstance(value, Strip) else value
+def _cell(wandb: Any, value: Any, folder: Path) -> Any:
+    """A table cell for W&B: a strip as a ``wandb.Image`` of its JPEG as it is (written to ``folder``,
+    copied by W&B; its pixels not kept in memory), any other value as it is."""
+    if not isinstance(value, Strip):
+        return value
+    path = folder / f"{hashlib.sha256(value.jpeg).hexdigest()}.jpg"
+    path.write_bytes(value.jpeg)
+    image = wandb.Image(str(path), caption=value.caption)
+    image._free_ram()  # wandb.Image keeps the decoded pixels otherwise (wandb 0.31): thousands per table
+    return image
 
 
-def artifact_of(wandb: Any, spec: ArtifactSpec) -> Any:
-    """The ``wandb.Artifact`` of ``spec``, its files and texts in it."""
+Staged = dict[str, dict[str, Path]]
+"""The files of each artifact a publish has staged: artifact name → (name in it → its staged copy)."""
+
+
+def artifact_of(wandb: Any, spec: ArtifactSpec, staged: Staged, folder: Path) -> Any:
+    """The ``wandb.Artifact`` of ``spec``, its files and texts in it. Files of an artifact this publish
+    has already staged (a method's records, used by its judge and reduce runs) are not copied again:
+    each is a hard link, in ``folder``, to its staged copy (same bytes, same digest, written once), so
+    every run folder stays whole on its own."""
     artifact = wandb.Artifact(spec.name, type=spec.type)
+    earlier = staged.get(spec.name, {})
     for name, path in spec.files.items():
-        artifact.add_file(str(path), name=name)
+        if name in earlier:
+            artifact.add_file(str(linked(earlier[name], folder / spec.name / name)), name=name, policy="immutable")
+        else:
+            artifact.add_file(str(path), name=name)
     for name, text in spec.texts.items():
         with artifact.new_file(name, encoding="utf-8") as f:
             f.write(text)
+    if spec.files and spec.name not in staged:
+        staged[spec.name] = {
+            e.path: Path(e.local_path)
+            for e in artifact.manifest.entries.values()
+            if e.path in spec.files and e.local_path
+        }
     return artifact
+
+
+def linked(source: Path, link: Path) -> Path:
+    """``link``, a hard link to ``source`` (a copy where the file system has none)."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    try:
+        os.link(source, link)
+    except OSError:
+        shutil.copyfile(source, link)
+    return link
 
 
 def use(run: Any, artifact: Any, mode: str) -> None:
@@ -257,29 +306,42 @@ def use(run: Any, artifact: Any, mode: str) -> None:
         run._log_artifact(artifact, is_user_created=True, use_after_commit=True)
 
 
-def write_run(spec: RunSpec, project: str, entity: str | None = None, mode: str = "offline") -> Published:
-    """Write one W&B run, everything in its summary (offline: into a fresh folder)."""
-    wandb = importlib.import_module("wandb")
+def write_run(spec: RunSpec, opts: PublishOptions, staged: Staged) -> Published:
+    """Write one W&B run, everything in its summary (offline: into a fresh folder), silently unless
+    ``opts.verbose``; artifacts a run of this publish staged before (``staged``) are linked, not copied
+    (:func:`artifact_of`)."""
+    wandb, mode = importlib.import_module("wandb"), opts.mode
     spec.directory.mkdir(parents=True, exist_ok=True)
     run = wandb.init(
-        mode=mode, project=project, entity=entity, id=spec.run_id, name=spec.name, group=spec.group,
-        job_type=spec.job_type, tags=list(spec.tags), dir=str(spec.directory),
-        resume="allow" if mode == "online" else None, reinit="finish_previous",
+        mode=mode,
+        project=opts.project,
+        entity=opts.entity,
+        id=spec.run_id,
+        name=spec.name,
+        group=spec.group,
+        job_type=spec.job_type,
+        tags=list(spec.tags),
+        dir=str(spec.directory),
+        resume="allow" if mode == "online" else None,
+        reinit="finish_previous",
+        settings=quiet(wandb, opts.verbose),
     )
     folder = Path(run.settings.sync_dir) if mode == "offline" else None
     register_config_secrets(spec.config)  # the keys its engines read, masked in every value below
-    with staging_in(folder):
+    local = folder or Path(run.settings.files_dir).parent  # where this run's own files go
+    with staging_in(folder), tempfile.TemporaryDirectory(dir=local) as strips:
         run.config.update(redact_data(spec.config), allow_val_change=True)
         for key, (columns, rows) in spec.tables.items():
-            run.summary[key] = wandb.Table(columns=list(columns),
-                                           data=[[_cell(wandb, v) for v in r] for r in redact_data(rows)])
+            run.summary[key] = wandb.Table(
+                columns=list(columns), data=[[_cell(wandb, v, Path(strips)) for v in r] for r in redact_data(rows)]
+            )
         for key, path in spec.images.items():
             run.summary[key] = wandb.Image(str(path))
         run.summary.update(redact_data(spec.summary))
         for used in spec.uses:
-            use(run, artifact_of(wandb, used), mode)
+            use(run, artifact_of(wandb, used, staged, local / "linked"), mode)
         for made in spec.logs:
-            run.log_artifact(artifact_of(wandb, made))
+            run.log_artifact(artifact_of(wandb, made, staged, local / "linked"))
         run.finish()
     return Published(spec.run_id, spec.job_type, spec.name, folder, spec.group, spec.directory)
 
@@ -294,8 +356,11 @@ def release_of(m: Method, loaded: dict[str, Release | None]) -> Release | None:
         try:
             loaded[root] = load_release(root, check_videos=False)
         except (ReleaseError, OSError) as e:
-            warnings.warn(f"{root}: release not readable ({str(e).splitlines()[0]}); instance tables of "
-                          f"{m.run_dir} have no questions and no frames", stacklevel=2)
+            warnings.warn(
+                f"{root}: release not readable ({str(e).splitlines()[0]}); instance tables of "
+                f"{m.run_dir} have no questions and no frames",
+                stacklevel=2,
+            )
             loaded[root] = None
     return loaded[root]
 
@@ -355,28 +420,53 @@ def inputs_of(m: Method) -> list[ArtifactSpec]:
 def method_runs(m: Method, opts: PublishOptions, releases: dict[str, Release | None], directory: Path) -> list[RunSpec]:
     """The W&B runs of one method, into ``directory``: ``run`` and ``reduce``, and ``judge`` when it has
     judgements."""
-    group, config = opts.group or release_group(m), method_config(m)
     release = release_of(m, releases)
-    thumbs = thumbnails_of(m, release, opts.cache_dir)
+    instances = instance_rows(m, candidates_of(release), thumbnails_of(m, release, opts.cache_dir), opts.all_frames)
+    group, config = opts.group or release_group(m), method_config(m, joined(column(instances, "prompt_version")))
 
     def stage(job_type: str, **parts_of_it: Any) -> RunSpec:
-        return RunSpec(run_id(group, m.config_hash, job_type), f"{config['method']} · {job_type}", group, job_type,
-                       directory, config, method_tags(config), **parts_of_it)
+        return RunSpec(
+            run_id(group, m.config_hash, job_type),
+            run_name(config["method"], job_type),
+            group,
+            job_type,
+            directory,
+            config,
+            method_tags(config),
+            **parts_of_it,
+        )
 
-    instances = instance_rows(m, candidates_of(release), thumbs, opts.all_frames)
-    shown = sum(row[COLUMNS.index("frames")] is not None for row in instances)
     records = records_artifact(m)
-    specs = [stage("run", summary={**run_summary(m), "thumbnails": shown},
-                   tables=parts("instances", COLUMNS, instances, opts.table_rows), logs=[records])]
+    specs = [
+        stage(
+            "run",
+            summary=run_summary(instances),
+            tables=parts("instances", COLUMNS, instances, opts.table_rows),
+            logs=[records],
+        )
+    ]
     if len(m.judgements):
-        specs.append(stage("judge", summary=judge_summary(m),
-                           tables=parts("judgements", JUDGEMENT_COLUMNS, judgement_rows(m), opts.table_rows),
-                           uses=[records], logs=[judgements_artifact(m)]))
-    scores = ArtifactSpec(f"scores-{m.config_hash}", "scores",
-                          texts={"scores.csv": m.scores[SCORE_COLUMNS].to_csv(index=False)})
-    specs.append(stage("reduce", summary=metric_summary(m),
-                       tables=parts("scores", SCORE_COLUMNS, rows_of(m.scores[SCORE_COLUMNS]), opts.table_rows),
-                       uses=inputs_of(m), logs=[scores]))
+        specs.append(
+            stage(
+                "judge",
+                summary=judge_summary(m),
+                tables=parts("judgements", JUDGEMENT_COLUMNS, judgement_rows(m), opts.table_rows),
+                uses=[records],
+                logs=[judgements_artifact(m)],
+            )
+        )
+    scores = ArtifactSpec(
+        f"scores-{m.config_hash}", "scores", texts={"scores.csv": m.scores[SCORE_COLUMNS].to_csv(index=False)}
+    )
+    specs.append(
+        stage(
+            "reduce",
+            summary=metric_summary(m),
+            tables=parts("scores", SCORE_COLUMNS, rows_of(m.scores[SCORE_COLUMNS]), opts.table_rows),
+            uses=inputs_of(m),
+            logs=[scores],
+        )
+    )
     return specs
 
 
@@ -401,7 +491,8 @@ def publish_methods(methods: Sequence[Method], opts: PublishOptions, extra: Sequ
     """Write the W&B runs of ``methods`` and then ``extra`` (each into its ``directory``), holding every
     publish folder (:func:`holding`) throughout."""
     releases: dict[str, Release | None] = {}
-    published = []
+    published: list[Published] = []
+    staged: Staged = {}
     with ExitStack() as stack:
         wanted = {publish_dir(m.run_dir, opts) for m in methods} | {s.directory for s in extra}
         held = {d.resolve(): stack.enter_context(holding(d)) for d in sorted(wanted)}
@@ -409,7 +500,7 @@ def publish_methods(methods: Sequence[Method], opts: PublishOptions, extra: Sequ
         progress = stack.enter_context(closing(stage_progress(len(methods), PROG, Unit("methods"))))
         specs = _counted_runs(methods, opts, releases, homes, progress)
         for spec in chain(specs, extra):
-            published.append(write_run(spec, opts.project, opts.entity, opts.mode))
+            published.append(write_run(spec, opts, staged))
             held[spec.directory.resolve()].commit(published[-1])
     return published
 

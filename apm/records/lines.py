@@ -174,11 +174,12 @@ def problem(line: Any, kind: Kind) -> str | None:
 
 
 def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> Iterator[Line]:
-    """The usable lines of one JSONL file; each other line is appended to ``skipped`` (if given).
+    """The usable lines of one JSONL file, read one at a time (a file is never held whole); each other
+    line is appended to ``skipped`` (if given).
 
     An unterminated last line is a write in progress or a crash mid-write: skipped like the rest.
     """
-    for number, raw in _numbered(_contents(path, skipped)):
+    for number, raw in _streamed(path, skipped):
         if raw is None:
             reason: str | None = UNTERMINATED
         else:
@@ -194,23 +195,32 @@ def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> 
             skipped.append(Skipped(path, number, reason))
 
 
-UNTERMINATED = "unterminated last line (a crash mid-write)"
+def _irregular(path: Path, skipped: list[Skipped] | None) -> bool:
+    """Whether ``path`` is not a regular file (a FIFO would block the reader forever,
+    :func:`apm.records.rundir.not_regular`): such a file is appended to ``skipped`` (line 0), never opened."""
+    if (what := not_regular(path)) is None:
+        return False
+    if skipped is not None:
+        skipped.append(Skipped(path, 0, f"not a regular file ({what}): skipped, never opened"))
+    return True
 
 
-def _contents(path: Path, skipped: list[Skipped] | None) -> bytes:
-    """A file's bytes; an unreadable file, or one that is not a regular file (a FIFO would block the reader
-    forever, :func:`apm.records.rundir.not_regular`: never opened), is appended to ``skipped`` (line 0) and
-    has none."""
+def _streamed(path: Path, skipped: list[Skipped] | None) -> Iterator[tuple[int, bytes | None]]:
+    """The non-blank lines of a file with their numbers, as :func:`_numbered` gives them, read one at a
+    time; an unreadable or irregular file (:func:`_irregular`) is appended to ``skipped`` (line 0) and has none."""
+    if _irregular(path, skipped):
+        return
     try:
-        if (what := not_regular(path)) is not None:
-            if skipped is not None:
-                skipped.append(Skipped(path, 0, f"not a regular file ({what}): skipped, never opened"))
-            return b""
-        return path.read_bytes()
+        with path.open("rb") as f:
+            for number, raw in enumerate(f, start=1):
+                if raw.strip():
+                    yield number, (raw if raw.endswith(b"\n") else None)
     except OSError as e:
         if skipped is not None:
             skipped.append(Skipped(path, 0, f"unreadable: {e.strerror or e}"))
-        return b""
+
+
+UNTERMINATED = "unterminated last line (a crash mid-write)"
 
 
 def _numbered(data: bytes) -> Iterator[tuple[int, bytes | None]]:
@@ -246,9 +256,15 @@ _RESIDUAL: dict[Check, tuple[str, ...]] = {_judge_score: ("score", "status")}
 
 
 class TypedLine(msgspec.Struct, kw_only=True):
-    """A line decoded by :func:`read_typed`: its ``run`` block left undecoded (read once per file)."""
+    """A line decoded by :func:`read_typed`: its ``run`` block left undecoded (read once per file), then
+    dropped (:data:`NO_RUN`) once its index in :attr:`TypedLines.runs` is known."""
 
     run: msgspec.Raw = msgspec.Raw()
+
+
+NO_RUN = msgspec.Raw()
+"""A typed line's ``run`` once read: a ``msgspec.Raw`` keeps the whole line's bytes alive (a record of
+1,024 frames: ~70 KB), so it is not kept past its block's index (:attr:`TypedLines.run_of` says it)."""
 
 
 @functools.cache
@@ -330,20 +346,68 @@ def _checked(raw: bytes, kind: Kind, line_type: type[TypedLine]) -> TypedLine | 
     return line_type(**kept, run=msgspec.Raw(orjson.dumps(value["run"])))
 
 
+BLOCK_BYTES = 32 << 20
+""":func:`read_typed` reads a file in blocks of whole lines of about this size: its memory is a block's,
+never the file's (a method's records at the paper's scale run to hundreds of MB)."""
+
+
 def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[Skipped] | None = None,
                keep_raw: bool = False) -> TypedLines:
     """The usable lines of one JSONL file as :func:`typed_line` structs (with ``extra`` fields): the lines
     :func:`read_lines` yields (docs/records.md, "Reading lines"); each other line is appended to ``skipped``
-    with the reason :func:`read_lines` gives. A file whose every terminated line the typed decoder settles
-    (:func:`_all_typed`) is read in one pass; any other file line by line."""
+    with the reason :func:`read_lines` gives. The file is read in blocks of whole lines (:data:`BLOCK_BYTES`);
+    a block whose every terminated line the typed decoder settles (:func:`_all_typed`) is read in one pass,
+    any other line by line."""
     line_type = typed_line(kind, tuple(extra))
-    data = _contents(path, skipped)
+    out = TypedLines()
+    for before, data in _blocks(path, skipped):
+        block = _read_block(data, before, path, kind, line_type, skipped, keep_raw)
+        here = [_run_at(run, out.runs) for run in block.runs]
+        out.lines += block.lines
+        out.run_of += [here[i] for i in block.run_of]
+        out.raw += block.raw
+    return out
+
+
+def _run_at(run: dict[str, Any], runs: list[dict[str, Any]]) -> int:
+    """The index of ``run`` in ``runs``, appended when it is not there yet."""
+    if run not in runs:
+        runs.append(run)
+    return runs.index(run)
+
+
+def _blocks(path: Path, skipped: list[Skipped] | None) -> Iterator[tuple[int, bytes]]:
+    """A file's bytes as blocks of whole lines of about :data:`BLOCK_BYTES` (the last may end in an
+    unterminated line), each with the number of lines before it; an unreadable file is appended to
+    ``skipped`` (line 0), as is an irregular one (:func:`_irregular`)."""
+    if _irregular(path, skipped):
+        return
+    try:
+        with path.open("rb") as f:
+            before, rest = 0, b""
+            while chunk := f.read(BLOCK_BYTES):
+                data = rest + chunk
+                end = data.rfind(b"\n") + 1
+                if end:
+                    yield before, data[:end]
+                    before += data.count(b"\n", 0, end)
+                rest = data[end:]
+            if rest:
+                yield before, rest
+    except OSError as e:
+        if skipped is not None:
+            skipped.append(Skipped(path, 0, f"unreadable: {e.strerror or e}"))
+
+
+def _read_block(data: bytes, before: int, path: Path, kind: Kind, line_type: type[TypedLine],
+                skipped: list[Skipped] | None, keep_raw: bool) -> TypedLines:
+    """:func:`read_typed` of one block of a file, its lines numbered after the ``before`` lines ahead of it."""
     beyond = _beyond_double(data)
     at_once = None if beyond else _all_typed(data, kind, line_type, keep_raw)
     if at_once is not None:
         out, torn = at_once
         if torn and skipped is not None:
-            skipped.append(Skipped(path, torn, UNTERMINATED))
+            skipped.append(Skipped(path, before + torn, UNTERMINATED))
         return out
     out = TypedLines()
     blocks: dict[bytes, int | None] = {}
@@ -355,7 +419,7 @@ def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[
             found = _decoded(raw, kind, line_type, blocks, out.runs, by_dict)
         if isinstance(found, str):
             if skipped is not None:
-                skipped.append(Skipped(path, number, found))
+                skipped.append(Skipped(path, before + number, found))
             continue
         out.lines.append(found[0])
         out.run_of.append(found[1])
@@ -389,6 +453,8 @@ def _all_typed(data: bytes, kind: Kind, line_type: type[TypedLine],
         if not all(map(ok, *(map(operator.attrgetter(name), typed) for name in reads))):
             return None
     run_of = cast(list[int], list(map(index.__getitem__, blocks)))
+    for line in typed:
+        line.run = NO_RUN
     return TypedLines(typed, runs, run_of, lines if keep_raw else []), torn
 
 
@@ -471,6 +537,7 @@ def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[by
                 blocks[block] = _run_index(block, runs)
             index = blocks[block]
             if index is not None and _passes(typed, kind):
+                typed.run = NO_RUN
                 return typed, index
     checked = _checked(raw, kind, line_type)
     if isinstance(checked, str):
@@ -480,6 +547,7 @@ def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[by
     if index is None:
         runs.append(orjson.loads(block))
         index = blocks[block] = len(runs) - 1
+    checked.run = NO_RUN
     return checked, index
 
 

@@ -22,7 +22,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
@@ -45,6 +45,7 @@ from apm.records.declaration import run_declarations
 from apm.records.jsonl import latest_records
 from apm.records.redact import ENV_NAME, redact_data, register_config_secrets
 from apm.records.rundir import RunDir
+from apm.records.wandb_identity import release_group, run_config
 from apm.runner import latency, ledger, manifest
 from apm.runner.code import code_identity, code_parts
 from apm.runner.config import (
@@ -475,11 +476,13 @@ def _wandb_sink(cfg: DictConfig, setup: RunSetup):
     if w.mode == "disabled":
         return None
     info = setup.run_info
+    resolved = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     return WandbSink(
-        mode=w.mode, project=w.project, entity=w.get("entity"), group=w.group or Path(cfg.output_root).resolve().name,
+        mode=w.mode, project=w.project, entity=w.get("entity"), group=w.group or release_group(info),
         name=f"{info['memory']} · {info['backbone']} · {setup.shard_label}",
-        config=redact_data(OmegaConf.to_container(cfg, resolve=True)), run_dir=setup.run_dir,
+        config=redact_data(run_config(info, resolved, setup.run_dir)), run_dir=setup.run_dir,
         chunk_rows=w.table_chunk_rows, run_id=f"{info['config_hash']}-{setup.shard_label}", flush_s=w.flush_s,
+        verbose=w.verbose,
     )
 
 

@@ -78,10 +78,13 @@ class WandbConfig:
     project: str = "apm-bench"
     entity: str | None = None
     group: str | None = None
+    """None: the release, ``<dataset>-<fingerprint[:8]>``, the group ``apm-publish`` gives the method too."""
     table_chunk_rows: int = 5000
     flush_s: float = 30.0
     """The live mirror logs a history step at least this often (as rows arrive), besides every
     ``table_chunk_rows`` rows."""
+    verbose: bool = False
+    """True: wandb's own ``wandb:`` lines on the terminal and in the job's log (silent otherwise)."""
 
 
 @dataclass
