@@ -4,9 +4,11 @@ an ``apm-status`` that calls a finished try ``partial``, not failed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
+from collections import deque
 import sys
 from pathlib import Path
 
@@ -85,3 +87,48 @@ def test_apm_data_keys_lists_the_keys_print_request_takes(tiny: Path, tmp_path: 
     assert shown.returncode == 0 and keys[0][0] in shown.stdout, shown.stderr
     nothing = _cli("apm.cli.data", "keys", str(tiny), "--trajectory", "no-such")
     assert nothing.returncode == 2 and nothing.stdout == "" and len(nothing.stderr.splitlines()) == 1
+
+
+def _totals(screen: str) -> tuple[int, int]:
+    """The run line's and the score screen's error counts, from ``apm-run``'s stdout."""
+    run_line = next(line for line in screen.splitlines() if line.startswith("apm-run: ") and " · shard-" in line)
+    said = int(run_line.split(" with an error")[0].rsplit(" ", 1)[1])
+    return said, int(screen.splitlines()[-1].split(", ")[1].split()[0])
+
+
+def test_failed_memory_updates_stop_the_run_non_zero_and_every_summary_agrees(tiny: Path, tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture) -> None:
+    """Issue 36 item 4: every memory update failing (the random baseline writes no summary) is a
+    non-zero exit naming the failure and the fix; the run line and the score screen count alike."""
+    from support.runner import compose_run
+
+    from apm.backbones.fail_fast import RunStopped
+    from apm.runner.app import run_async
+
+    cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "c", ["memory=text_summary", "backbone=random",
+                                                                  "dataset.tasks=[ER]"])
+    with pytest.raises(RunStopped, match=r"memory updates failed.*the first: .*; .*rerun=errors"):
+        asyncio.run(run_async(cfg, strict=True))
+    out = capsys.readouterr().out
+    said, screened = _totals(out)
+    assert said == screened
+    assert "memory updates (" in out and " failed)" in out
+
+
+def test_an_errored_instance_is_a_non_zero_exit_naming_rerun_errors(tiny: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    """Any instance error (not only every one) ends the job non-zero, the run line and the score screen
+    counting the same errors, and the line says how to run them again."""
+    from support.runner import compose_run, served
+
+    from apm.backbones.fail_fast import RunStopped
+    from apm.runner.app import run_async
+
+    with served(models=("m",), faults=deque(["500"] * 2)) as srv:
+        cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "c", [
+            "memory=none", "backbone=openai_compatible", f"backbone.base_url={srv.base_url}", "backbone.model=m",
+            "backbone.max_attempts=1", "preflight=false", "concurrency=1", "dataset.tasks=[ER]"])
+        with pytest.raises(RunStopped, match=r"2 of \d+ instances failed; the first: .*rerun=errors"):
+            asyncio.run(run_async(cfg, strict=True))
+    said, screened = _totals(capsys.readouterr().out)
+    assert said == screened == 2

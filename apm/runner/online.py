@@ -67,7 +67,10 @@ class RunStats:
     skipped: int = 0
     new: int = 0
     errors: int = 0
+    """New records with an error."""
     sessions_updated: int = 0
+    failed_updates: int = 0
+    """Memory updates of this run that failed (their lines carry the error)."""
     refused: list[str] = field(default_factory=list)
     """Why each instance refused for causality was refused (its record's error says it too)."""
     started: float = field(default_factory=time.perf_counter)
@@ -252,7 +255,7 @@ class OnlineRun:
         s = self.setup
         state = await asyncio.to_thread(state_manifest, state_dir)
         error = facts.pop("error", None)
-        self.stats.errors += error is not None
+        self.stats.failed_updates += error is not None
         line = self._memory.append({
             "run": s.run_info,
             "trajectory_id": traj.trajectory_id,

@@ -1,16 +1,30 @@
 """When a run stops early: consecutive endpoint failures (``fail_fast``, :mod:`apm.backbones.fail_fast`),
-or a job whose every instance failed. Each stop is one line saying why and what to change, and a
-non-zero exit of ``apm-run``."""
+a job that left failures on record, or one that refused an instance for causality. Each stop is one line
+saying why and what to change, and a non-zero exit of ``apm-run``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from apm.backbones.fail_fast import RunStopped
 
+RERUN_HINT = "fix the cause, then rerun=errors runs them again"
 
-def check_answered(new: int, errors: int, first_error: str | None) -> None:
-    """A job whose every new instance failed stops with :class:`RunStopped` (its records stay on record)."""
-    if new and errors == new:
-        raise RunStopped(f"every one of the {new} instances run failed; the first: {first_error}")
+
+def failures(what: str, lines: Sequence[dict[str, Any]]) -> str:
+    """``<k> of <n> <what> failed; the first: <its error>`` ('' when none of ``lines`` has an error)."""
+    failed = [line["error"] for line in lines if line.get("error") is not None]
+    return f"{len(failed)} of {len(lines)} {what} failed; the first: {failed[0]}" if failed else ""
+
+
+def check_answered(records: Sequence[dict[str, Any]], memory: Sequence[dict[str, Any]]) -> None:
+    """A job whose instances (``records``: their newest lines on record) or memory updates (``memory``: the
+    newest line of each session of its trajectories) include failures stops with :class:`RunStopped`,
+    naming them and ``rerun=errors`` (the lines stay on record; a rerun redoes them and whatever saw them)."""
+    said = [s for s in (failures("memory updates", memory), failures("instances", records)) if s]
+    if said:
+        raise RunStopped(f"{'; '.join(said)}; {RERUN_HINT}")
 
 
 def check_causal_run(refused: list[str]) -> None:
