@@ -8,8 +8,8 @@ import asyncio
 import json
 import os
 import subprocess
-from collections import deque
 import sys
+from collections import deque
 from pathlib import Path
 
 import pytest

@@ -57,6 +57,7 @@ from apm.runner.config import (
     method_identity,
     register,
     run_name,
+    uses_writer,
 )
 from apm.runner.online import OnlineRun, RunStats, newest_memory_lines
 from apm.runner.preflight import preflight
@@ -283,7 +284,11 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
     release = _load_release(cfg.dataset.root)
     protocol = _instantiate(cfg.memory)
     backbone = as_backbone(_instantiate(cfg.backbone))
-    writer = as_backbone(_instantiate(cfg.writer)) if cfg.writer is not None else backbone
+    writes = cfg.writer is not None and uses_writer(cfg)
+    if cfg.writer is not None and not writes:
+        print(f"apm-run: note: writer: {protocol.name} writes no text memory (its class does not declare "
+              "needs_writer), so the writer is not started and is no part of the method", file=sys.stderr)
+    writer = as_backbone(_instantiate(cfg.writer)) if writes else backbone
     run_dir = run_dir_of(cfg)
     shard_label = f"shard-{cfg.shard.index}-of-{cfg.shard.count}"
     code = code_identity(code_parts(cfg))
@@ -296,7 +301,7 @@ def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
         run_info={"dataset": cfg.dataset.name, "memory": protocol.name, "backbone": backbone.name,
                   "config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
                   "code": code, **method_identity(cfg),
-                  **run_declarations(protocol, backbone, writer if cfg.writer is not None else None)},
+                  **run_declarations(protocol, backbone, writer if writes else None)},
         protocol=protocol,
         backbone=backbone,
         writer=writer,

@@ -454,7 +454,8 @@ class StreamReplay(SessionReplay):
         updates = streaming.UpdateClock()
         channel = streaming.reference_channel(s, todo)
         seed = session_seed(traj, session, s.settings.seed)
-        await system.begin(SessionContext(traj, session, state_dir, channel, s.writer, seed))
+        writer = s.writer if system.needs_writer else None
+        await system.begin(SessionContext(traj, session, state_dir, channel, writer, seed))
         for at, event in events:
             while probes and probes[0].probe_time < at:
                 await self.answer_probe(system, traj, probes.pop(0), updates, shown, unseen)
