@@ -268,3 +268,24 @@ def test_a_failed_reduce_leaves_the_previous_report_whole(tmp_path: Path, monkey
 def test_a_missing_run_dir_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.strip() == f"apm-reduce: no such run directory: {tmp_path / 'nope'}"
+
+
+def test_reduce_says_which_tables_and_figures_it_skipped_and_why(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    """Issue 36 item 5: one general method whose latency was measured loaded (no isolated sample): every
+    table or figure left out, and Table 3's latency column left empty, is one line saying why."""
+    run = fixtures.synthetic_run(tmp_path / "raw", fixtures.run_info(), trajectories=2, seed=3)
+    for path in (run / "records").glob("*.jsonl"):
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        for line in lines:
+            line["latency"]["mode"] = "loaded"
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main([str(run), "--out", str(tmp_path / "out"), "--bootstrap", "0"]) == 0
+    said = capsys.readouterr()
+    skipped = [line for line in said.err.splitlines() if "skipped" in line]
+    assert any(line.startswith("apm-reduce: skipped Figure 2 ") and "latency.sample" in line for line in skipped)
+    assert any(line.startswith("apm-reduce: skipped Table 8 ") and "specialised" in line for line in skipped)
+    empty = "apm-reduce: Table 3: Latency (s) is – for every method"
+    assert any(line.startswith(empty) for line in said.err.splitlines())
+    drawn = {p.stem for p in (tmp_path / "out" / "figures").glob("*.png")}
+    assert f"{len(drawn)} figures" in said.out and "figure2_tradeoff" not in drawn

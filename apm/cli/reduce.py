@@ -27,9 +27,9 @@ from apm.reduce.load import (
     one_release,
 )
 from apm.reduce.manifest import reduce_manifest
-from apm.reduce.report_index import write_report_index
+from apm.reduce.report_index import skipped, write_report_index
 from apm.reduce.scores import judge_note, score_table
-from apm.reduce.tables import coverage_gaps, method_rows, write_tables
+from apm.reduce.tables import coverage_gaps, latency_gaps, method_rows, write_tables
 from apm.reduce.units import unit_views
 
 PROG = "apm-reduce"
@@ -85,8 +85,10 @@ def _report(args: argparse.Namespace, runs: RunSet | None, scores: pd.DataFrame 
         if args.compare:
             _compare(args, out)
         write_report_index(out, tables, figures)
+        for line in skipped(tables, None if args.no_figures else figures) + latency_gaps(scores, tables):
+            print(f"{PROG}: {line}", file=sys.stderr)
         said.append(f"apm-reduce: {len(runs.records)} records, {scores.shape[0]} scores, "
-                    f"{len(tables)} table files, {len(figures)} figures -> {args.out}")
+                    f"{len({p.stem for p in tables})} tables, {len({p.stem for p in figures})} figures -> {args.out}")
     elif args.compare:
         _compare(args, out)
     if args.compare:
