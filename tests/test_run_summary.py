@@ -132,3 +132,39 @@ def test_an_errored_instance_is_a_non_zero_exit_naming_rerun_errors(tiny: Path, 
             asyncio.run(run_async(cfg, strict=True))
     said, screened = _totals(capsys.readouterr().out)
     assert said == screened == 2
+
+
+def test_print_request_before_the_run_shows_what_the_run_sends(tiny: Path, tmp_path: Path) -> None:
+    """Issue 36 item 8: a PRM probe's request printed before the run holds the earlier session's
+    registration (the user turn the memory keeps) and the prompt digest the run's record then carries."""
+    from support.runner import compose_run, records, run
+
+    from apm.runner.app import request_listing
+
+    prm = [i for i in release_instances(load_release(tiny, check_videos=False)) if i.task == "PRM"]
+    inst = max(prm, key=lambda i: (int(i.session.split("/")[1].lstrip("S") or 0), i.key))
+    base = ["memory=raw_video", "backbone=random", "dataset.tasks=[PRM]"]
+    before = request_listing(compose_run(tiny, tmp_path / "runs", tmp_path / "c", [*base, f"print_request={inst.key}"]))
+    run_dir = run(compose_run(tiny, tmp_path / "runs", tmp_path / "c", base))
+    (record,) = [r for r in records(run_dir) if r["key"] == inst.key]
+    assert f"prompt sha256 {record['prompt_sha256']}" in before.splitlines()[0]
+    registration = next(t.text for t in inst.turns if t.kind == "registration")
+    assert registration in before
+
+
+def test_print_request_of_a_streaming_system_says_in_one_line_what_it_cannot_know(tiny: Path, tmp_path: Path) -> None:
+    from support.runner import compose_run
+
+    from apm.runner.app import request_listing
+    from apm.runner.config import ConfigError
+
+    key = release_instances(load_release(tiny, check_videos=False))[0].key
+    cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "c", ["memory=kv_cache", "backbone=random",
+                                                                  f"print_request={key}"])
+    with pytest.raises(ConfigError, match="streaming system.*replay") as refused:
+        request_listing(cfg)
+    assert "\n" not in str(refused.value)
+    late = max(release_instances(load_release(tiny, check_videos=False)), key=lambda i: i.probe_time)
+    written = request_listing(compose_run(tiny, tmp_path / "runs", tmp_path / "c", [
+        "memory=text_summary", "backbone=random", f"print_request={late.key}"]))
+    assert written.splitlines()[1].startswith("# not known before the run: Text Summary as Memory has its memory")

@@ -46,7 +46,7 @@ from apm.records.declaration import run_declarations
 from apm.records.jsonl import latest_records
 from apm.records.redact import ENV_NAME, redact_data, register_config_secrets
 from apm.records.rundir import RunDir
-from apm.runner import latency, ledger, manifest
+from apm.runner import latency, ledger, listing, manifest
 from apm.runner.code import code_identity, code_parts, what_changed
 from apm.runner.config import (
     SUBSET_KEYS,
@@ -61,7 +61,6 @@ from apm.runner.config import (
 )
 from apm.runner.online import OnlineRun, RunStats, newest_memory_lines
 from apm.runner.preflight import preflight
-from apm.runner.request import describe, prepare_instance, state_dir_of
 from apm.runner.setup import RunSetup, frame_budget
 from apm.runner.shard_lock import holding_shard
 from apm.runner.shards import shard_trajectories
@@ -510,7 +509,8 @@ def closing_line(setup: RunSetup, stats: RunStats, plan: ShardPlan, records: lis
 
 def request_listing(cfg: DictConfig) -> str:
     """``print_request=KEY``: that instance's request exactly as the run would send it (frames chosen for
-    its context, the memory on disk now), without starting an engine or writing anything."""
+    its context, the memory the run would show it: :mod:`apm.runner.listing`), without starting an engine
+    or writing anything."""
     setup, plan = build_setup(cfg)
     inst = next((i for i in plan.instances if i.key == cfg.print_request), None)
     if inst is None:
@@ -518,8 +518,7 @@ def request_listing(cfg: DictConfig) -> str:
         raise ConfigError(f"print_request={cfg.print_request!r}: no such instance in {setup.shard_label} "
                           f"(keys are trajectory_id/candidate_id/probe_id, e.g. {example})")
     traj = next(t for t in plan.trajectories if t.trajectory_id == inst.trajectory_id)
-    prepared, budget = prepare_instance(setup, traj, inst, state_dir_of(setup, traj))
-    return describe(setup, prepared, budget)
+    return listing.request_listing(setup, traj, inst)
 
 
 def discard_fresh_job_folder(cfg: DictConfig) -> None:
