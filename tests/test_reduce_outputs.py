@@ -289,3 +289,14 @@ def test_reduce_says_which_tables_and_figures_it_skipped_and_why(tmp_path: Path,
     assert any(line.startswith(empty) for line in said.err.splitlines())
     drawn = {p.stem for p in (tmp_path / "out" / "figures").glob("*.png")}
     assert f"{len(drawn)} figures" in said.out and "figure2_tradeoff" not in drawn
+
+
+def test_latex_captions_leave_the_number_to_latex_and_hold_no_raw_symbols(reduced: Path) -> None:
+    """Issue 36 item 9: ``\\caption`` numbers a table itself ("Table 1: Table 3: …" otherwise), and pdfLaTeX
+    cannot typeset a raw ✓ or ✗; the Markdown caption keeps the paper's number."""
+    tex = (reduced / "tables" / "table3.tex").read_text()
+    (caption,) = [line for line in tex.splitlines() if line.startswith(r"\caption{")]
+    assert not caption.startswith(r"\caption{Table 3") and r"\checkmark" in caption
+    assert not set("✓✗–†‡") & set(tex)
+    assert tex.splitlines()[0] == "% Table 3 of the paper"
+    assert (reduced / "tables" / "table3.md").read_text().startswith("**Table 3: ")

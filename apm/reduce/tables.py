@@ -504,15 +504,17 @@ def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[
         timed = any(c.metric in LATENCY_METRICS for c in table.columns)
         notes = [ERROR_NOTE if marks.to_numpy().any() else "", EMPTY_NOTE if empty is not None and empty.any() else "",
                  coverage_note(table, scores), LATENCY_NOTE if timed else "", judge_note, judges_by_row(table, scores)]
-        caption = " ".join(filter(None, [f"{table.paper}: {table.caption}", *notes]))
+        caption = " ".join(filter(None, [table.caption, *notes]))
+        numbered = table.paper.startswith("Table ")  # LaTeX's \caption numbers it; Markdown names the paper's
         stem = out / table.name
         blocks = list(headings(table, scores).reindex(values.index)) if table.headed else None
         values.to_csv(stem.with_suffix(".csv"))
         stem.with_suffix(".md").write_text(
-            render.markdown(formatted(table, values, False, marks, empty), caption, blocks)
+            render.markdown(formatted(table, values, False, marks, empty), f"{table.paper}: {caption}", blocks)
         )
-        stem.with_suffix(".tex").write_text(
-            render.latex(formatted(table, values, True, marks, empty), caption, f"tab:{table.name}", blocks)
-        )
+        stem.with_suffix(".tex").write_text(render.latex(
+            formatted(table, values, True, marks, empty), caption if numbered else f"{table.paper}: {caption}",
+            f"tab:{table.name}", blocks, f"{table.paper} of the paper" if numbered else "",
+        ))
         written += [stem.with_suffix(s) for s in (".md", ".csv", ".tex")]
     return written
