@@ -15,7 +15,7 @@ _LATEX_SPECIAL = {
 
 
 def latex_escape(text: str) -> str:
-    """Escape LaTeX's special characters in plain text, and write the symbols the tables use (✓, ✗, –, †, ‡)
+    r"""Escape LaTeX's special characters in plain text, and write the symbols the tables use (✓, ✗, –, †, ‡)
     as LaTeX (``amssymb``'s ``\checkmark``), which pdfLaTeX cannot typeset raw."""
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
 
@@ -51,7 +51,7 @@ def markdown(cells: pd.DataFrame, caption: str, headings: Sequence[str] | None =
 
 def latex(cells: pd.DataFrame, caption: str, label: str, headings: Sequence[str] | None = None,
           source: str = "") -> str:
-    """A booktabs ``table`` environment; cells are raw LaTeX, caption, index and headers are escaped; with
+    r"""A booktabs ``table`` environment; cells are raw LaTeX, caption, index and headers are escaped; with
     ``headings`` (one per row), an italic heading spanning the table above each block of rows; ``source``
     (which table of the paper it is) a comment above it, as ``\caption`` numbers the table itself."""
     spec = "l" + "r" * len(cells.columns)
