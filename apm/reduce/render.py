@@ -68,7 +68,8 @@ def latex(cells: pd.DataFrame, caption: str, label: str, headings: Sequence[str]
 
     body = _blocks(rows, headings, heading_rows)
     return "\n".join(
-        [*([f"% {source}"] if source else []), r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}",
+        [*([f"% {source}"] if source else []), r"\begin{table}[t]", r"\centering",
+         rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}",
          rf"\begin{{tabular}}{{{spec}}}", r"\toprule", header + r" \\", r"\midrule", *body,
          r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
     )
