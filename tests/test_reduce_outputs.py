@@ -300,3 +300,14 @@ def test_latex_captions_leave_the_number_to_latex_and_hold_no_raw_symbols(reduce
     assert not set("✓✗–†‡") & set(tex)
     assert tex.splitlines()[0] == "% Table 3 of the paper"
     assert (reduced / "tables" / "table3.md").read_text().startswith("**Table 3: ")
+
+
+def test_compare_prints_its_headline(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 36 item 9: ``--compare`` says its result, not only where the CSV went."""
+    root = fixtures.small_run_set(tmp_path)
+    assert main(["--compare", str(root / "main"), str(root / "main"), "--out", str(tmp_path / "out"),
+                 "--bootstrap", "50"]) == 0
+    overall = pd.read_csv(tmp_path / "out" / "compare.csv").query("metric == 'overall'").iloc[0]
+    (headline,) = [line for line in capsys.readouterr().out.splitlines() if "Overall" in line]
+    assert f"{overall['value_a']:.1f} → {overall['value_b']:.1f}" in headline
+    assert f"{overall['diff']:+.1f}" in headline and "95% CI" in headline and f"{int(overall['n'])}" in headline

@@ -18,7 +18,7 @@ from apm.backbones.base import EndpointError
 from apm.configs import CONF_DIR
 from apm.data.problems import ReleaseError
 from apm.errors import OneLineParser, console_script, note_skipped
-from apm.judge.stage import JudgeStage, ReleaseChanged
+from apm.judge.stage import JudgeStage, ReleaseChanged, summary_line
 from apm.records.atomic import read_run_config
 from apm.records.redact import redact_logging
 from apm.records.rundir import find_runs
@@ -45,9 +45,7 @@ async def _main(run_dirs: list[Path], overrides: list[str], ns: argparse.Namespa
         stats = await stage.run(run_dirs)
     finally:
         await judge.close()
-    print(f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed (unjudged: asked again on the "
-          f"next run), {stats.cached} already judged, {stats.rejected} on record not verifying (judged again), "
-          f"{stats.calls} model calls")
+    print(summary_line(judge, stats))
     return 1 if stats.failed else 0
 
 

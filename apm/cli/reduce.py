@@ -15,7 +15,7 @@ from apm.errors import OneLineParser, console_script, note_skipped
 from apm.publish.report import report_run, wandb_usable
 from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sync_command
 from apm.records.atomic import OutputRefused, claim_output, replaced_output, write_json_atomically
-from apm.reduce.compare import compare_runs
+from apm.reduce.compare import compare_runs, headline
 from apm.reduce.figures import write_figures
 from apm.reduce.load import (
     WORKERS,
@@ -92,6 +92,7 @@ def _report(args: argparse.Namespace, runs: RunSet | None, scores: pd.DataFrame 
     elif args.compare:
         _compare(args, out)
     if args.compare:
+        said.append(f"apm-reduce: {headline(pd.read_csv(out / 'compare.csv'))}")
         said.append(f"apm-reduce: paired comparison -> {args.out / 'compare.csv'}")
     return said
 
