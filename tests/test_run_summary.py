@@ -168,3 +168,18 @@ def test_print_request_of_a_streaming_system_says_in_one_line_what_it_cannot_kno
     written = request_listing(compose_run(tiny, tmp_path / "runs", tmp_path / "c", [
         "memory=text_summary", "backbone=random", f"print_request={late.key}"]))
     assert written.splitlines()[1].startswith("# not known before the run: Text Summary as Memory has its memory")
+
+
+def test_a_reference_baselines_own_no_answer_is_no_failure_of_the_run(tiny: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    """Always-silent has no answer for MCQA by design: counted (and shown) as errors, wrong in every
+    score, the same on any rerun, so no reason to exit non-zero."""
+    from support.runner import compose_run
+
+    from apm.runner.app import run_async
+
+    cfg = compose_run(tiny, tmp_path / "runs", tmp_path / "c", ["memory=none", "backbone=always_silent",
+                                                                  "dataset.tasks=[ER]"])
+    asyncio.run(run_async(cfg, strict=True))
+    said, screened = _totals(capsys.readouterr().out)
+    assert said == screened > 0

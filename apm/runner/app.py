@@ -337,7 +337,7 @@ async def run_async(cfg: DictConfig, strict: bool = False) -> RunStats:
     if cfg.judge is not None:
         await judge_inline(cfg, setup, {i.key for i in plan.run_instances})
     if strict:
-        check_answered(shown, memory)
+        check_answered(shown, memory, setup.backbone.answers_from_annotations)
     return stats
 
 

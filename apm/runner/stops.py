@@ -12,19 +12,30 @@ from apm.backbones.fail_fast import RunStopped
 RERUN_HINT = "fix the cause, then rerun=errors runs them again"
 
 
-def failures(what: str, lines: Sequence[dict[str, Any]]) -> str:
-    """``<k> of <n> <what> failed; the first: <its error>`` ('' when none of ``lines`` has an error)."""
-    failed = [line["error"] for line in lines if line.get("error") is not None]
-    return f"{len(failed)} of {len(lines)} {what} failed; the first: {failed[0]}" if failed else ""
+def failures(what: str, lines: Sequence[dict[str, Any]], failed: Sequence[dict[str, Any]]) -> str:
+    """``<k> of <n> <what> failed; the first: <its error>`` ('' when none ``failed``)."""
+    return f"{len(failed)} of {len(lines)} {what} failed; the first: {failed[0]['error']}" if failed else ""
 
 
-def check_answered(records: Sequence[dict[str, Any]], memory: Sequence[dict[str, Any]]) -> None:
+def run_failed(record: dict[str, Any], answers_from_instance: bool) -> bool:
+    """Whether a record's error is a failure of the run: any error but, for a reference baseline that
+    answers from the instance (``answers_from_annotations``), one it was asked and had no answer for
+    (always-silent on MCQA: by design, counted wrong in every score, and the same on every rerun)."""
+    asked = (record.get("attempts") or 0) > 0
+    return record.get("error") is not None and not (answers_from_instance and asked)
+
+
+def check_answered(records: Sequence[dict[str, Any]], memory: Sequence[dict[str, Any]],
+                   answers_from_instance: bool = False) -> None:
     """A job whose instances (``records``: their newest lines on record) or memory updates (``memory``: the
-    newest line of each session of its trajectories) include failures stops with :class:`RunStopped`,
-    naming them and ``rerun=errors`` (the lines stay on record; a rerun redoes them and whatever saw them)."""
-    said = [s for s in (failures("memory updates", memory), failures("instances", records)) if s]
-    if said:
-        raise RunStopped(f"{'; '.join(said)}; {RERUN_HINT}")
+    newest line of each session of its trajectories) include failures (:func:`run_failed`) stops with
+    :class:`RunStopped`, naming them and ``rerun=errors`` (the lines stay on record; a rerun redoes them
+    and whatever saw them)."""
+    failed = [r for r in records if run_failed(r, answers_from_instance)]
+    said = [failures("memory updates", memory, [m for m in memory if m.get("error") is not None]),
+            failures("instances", records, failed)]
+    if any(said):
+        raise RunStopped(f"{'; '.join(s for s in said if s)}; {RERUN_HINT}")
 
 
 def check_causal_run(refused: list[str]) -> None:
