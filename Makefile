@@ -7,7 +7,7 @@ comma  := ,
 STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 DEMO   ?= demo-out
 
-.PHONY: install test demo clean
+.PHONY: install test test-all demo clean
 
 $(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,13 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 
 install: $(STAMP)
 
+# `make test` is the suite a developer runs often: every test but those marked `slow` (end-to-end sweeps on
+# the tiny VLM, vLLM, SLURM, the browser, the transformers 4.x side environment). `make test-all` (and CI,
+# `.ci/run`) runs them all. Wall times on 2 cores: docs/performance.md, "The test suite".
 test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 # The main job end to end on the embedded default: synthesise the `small` release; run the

@@ -26,34 +26,39 @@ def random_release(seed: int) -> list[Trajectory]:
 
 
 CASES = [(seed, count) for seed in range(60) for count in (1, 2, 3, 7, 16)]
+"""Random releases (0–40 trajectories of 1–6 sessions) and shard counts: each property below is one test
+that checks every case and names the first that fails, so 300 cases count as one item."""
 
 
-@pytest.mark.parametrize("seed,count", CASES)
-def test_shards_are_complete_disjoint_and_in_release_order(seed, count):
-    trajs = random_release(seed)
-    shards = assign_shards(trajs, count)
-    assert len(shards) == count
-    ids = [t.trajectory_id for shard in shards for t in shard]
-    assert sorted(ids) == sorted(t.trajectory_id for t in trajs)  # complete, and nothing twice
-    order = {t.trajectory_id: i for i, t in enumerate(trajs)}
-    assert all([order[t.trajectory_id] for t in s] == sorted(order[t.trajectory_id] for t in s) for s in shards)
+def test_shards_are_complete_disjoint_and_in_release_order():
+    for seed, count in CASES:
+        trajs = random_release(seed)
+        shards = assign_shards(trajs, count)
+        assert len(shards) == count, (seed, count)
+        ids = [t.trajectory_id for shard in shards for t in shard]
+        assert sorted(ids) == sorted(t.trajectory_id for t in trajs), (seed, count)  # complete, nothing twice
+        order = {t.trajectory_id: i for i, t in enumerate(trajs)}
+        in_order = all([order[t.trajectory_id] for t in s] == sorted(order[t.trajectory_id] for t in s)
+                       for s in shards)
+        assert in_order, (seed, count)
 
 
-@pytest.mark.parametrize("seed,count", CASES)
-def test_shards_are_balanced_within_the_longest_trajectory(seed, count):
-    trajs = random_release(seed)
-    loads = [sum(t.video_seconds for t in s) for s in assign_shards(trajs, count)]
-    longest = max((t.video_seconds for t in trajs), default=0)
-    assert max(loads) - min(loads) <= longest
+def test_shards_are_balanced_within_the_longest_trajectory():
+    for seed, count in CASES:
+        trajs = random_release(seed)
+        loads = [sum(t.video_seconds for t in s) for s in assign_shards(trajs, count)]
+        longest = max((t.video_seconds for t in trajs), default=0)
+        assert max(loads) - min(loads) <= longest, (seed, count, loads, longest)
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_shards_do_not_depend_on_input_order_or_process(seed):
-    trajs = random_release(seed)
-    shuffled = trajs[:]
-    random.Random(seed).shuffle(shuffled)
+def test_shards_do_not_depend_on_input_order_or_process():
     ids = lambda shards: [sorted(t.trajectory_id for t in s) for s in shards]  # noqa: E731
-    assert ids(assign_shards(trajs, 5)) == ids(assign_shards(shuffled, 5)) == ids(assign_shards(list(trajs), 5))
+    for seed in range(20):
+        trajs = random_release(seed)
+        shuffled = trajs[:]
+        random.Random(seed).shuffle(shuffled)
+        orders = [ids(assign_shards(each, 5)) for each in (trajs, shuffled, list(trajs))]
+        assert orders[0] == orders[1] == orders[2], seed
 
 
 def test_each_index_selects_its_own_shard_and_bad_indices_fail():

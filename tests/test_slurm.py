@@ -178,6 +178,10 @@ def test_sweep_cancel_preempt_resubmit_equals_unsharded_run(setup):
     output = sweep.communicate(timeout=120)[0]
     assert sweep.returncode != 0, output  # the launcher reports the cancelled task
     assert rows[cancelled].state == "cancelled" and rows[cancelled].done < rows[cancelled].total
+    gone = rows[cancelled]  # apm-status says where to look and what resumes the shard
+    assert gone.log and Path(gone.log).is_file(), status.render(list(rows.values()))
+    assert gone.resume and gone.resume.startswith("apm-submit ") and f"shard.index={gone.shard.split('-')[1]}" in \
+        gone.resume, gone.resume
     assert rows[preempted].state == "done", status.render(list(rows.values()))
     assert sum(r.state == "done" for r in rows.values()) == 11
     preempted_run = next(r for r in rows.values() if r.job_id == preempted)

@@ -39,6 +39,7 @@ from apm.judge.rubric import (
     judge_prompt,
     probe_reference,
 )
+from apm.live.progress import Progress, Unit, stage_progress
 from apm.records.atomic import read_run_config
 from apm.records.declaration import declared
 from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
@@ -121,13 +122,14 @@ class JudgeStage:
 
     def __init__(self, judge: BackboneLike, concurrency: int = 8, invalid_retries: int = 2, max_tokens: int = 512,
                  only_keys: set[str] | None = None, file_suffix: str = "", fail_fast: int = 3,
-                 preflight: bool = True, exclusive: bool = False):
+                 preflight: bool = True, exclusive: bool = False, progress: bool = True):
         """``only_keys``/``file_suffix``: a shard job judging inline takes only its own instances and
         writes its own file, so concurrent shards never judge the same probe or share a file.
         ``fail_fast``: consecutive endpoint failures that stop the stage (0: never); ``preflight``:
         check the judge's endpoint before its first call (as ``apm-run preflight=true`` does);
         ``exclusive``: hold each run directory's judge lock while judging it (``apm-judge``: a second
-        one is refused), taken after the release checks so a refused directory gets nothing written."""
+        one is refused), taken after the release checks so a refused directory gets nothing written;
+        ``progress``: report the judgements on stderr as they are made (:func:`stage_progress`)."""
         self.judge = as_backbone(judge)
         register_env_secrets([self.judge.api_key_env])  # before any request or line
         self.model = judge_model(self.judge)
@@ -141,12 +143,26 @@ class JudgeStage:
         self.fail_fast = FailFast(fail_fast, self._advice)
         self._checked = not preflight
         self.exclusive = exclusive
+        self.show_progress = progress
+        self._progress: Progress | None = None
 
     async def run(self, run_dirs: list[Path]) -> JudgeStats:
         sem = asyncio.Semaphore(self.concurrency)
-        for run_dir in run_dirs:
-            await self._run_dir(run_dir, sem)
+        try:
+            for run_dir in run_dirs:
+                await self._run_dir(run_dir, sem)
+        finally:
+            if self._progress is not None:
+                self._progress.close()
         return self.stats
+
+    def _counting(self, fresh: int) -> Progress:
+        """The stage's progress, ``fresh`` more judgements to make (drawn from the first one on)."""
+        if self._progress is None:
+            self._progress = stage_progress(0, f"apm-judge ({self.judge.name})", Unit("judgements"),
+                                            lambda: self.stats.failed, self.show_progress)
+        self._progress.grow(fresh)
+        return self._progress
 
     async def _run_dir(self, run_dir: Path, sem: asyncio.Semaphore) -> None:
         saved = read_run_config(run_dir)
@@ -178,6 +194,7 @@ class JudgeStage:
             return
         await self._preflight()
         out = JsonlAppender(RunDir(run_dir).judgements_file(self.judge.name, self.file_suffix))
+        progress = self._counting(len(fresh))
 
         async def one(rec: dict[str, Any]) -> None:
             async with sem:
@@ -185,6 +202,7 @@ class JudgeStage:
                     return  # the stage is stopping: a probe still queued is not asked
                 judgement = await self._judge(rec, asks[rec["key"]])
             out.append(judgement, supersedes=newest.get(rec["key"]))
+            progress.update(1)
 
         tasks = [asyncio.ensure_future(one(r)) for r in fresh]
         try:

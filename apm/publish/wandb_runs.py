@@ -22,7 +22,7 @@ import shlex
 import shutil
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -33,6 +33,7 @@ import pandas as pd
 from apm.data.model import Release
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
+from apm.live.progress import Progress, Unit, stage_progress
 from apm.publish.axes import (
     judge_summary,
     method_config,
@@ -402,11 +403,21 @@ def publish_methods(methods: Sequence[Method], opts: PublishOptions, extra: Sequ
         wanted = {publish_dir(m.run_dir, opts) for m in methods} | {s.directory for s in extra}
         held = {d.resolve(): stack.enter_context(holding(d)) for d in sorted(wanted)}
         homes = {m.run_dir: held[publish_dir(m.run_dir, opts).resolve()].path for m in methods}
-        specs = (s for m in methods for s in method_runs(m, opts, releases, homes[m.run_dir]))
+        progress = stack.enter_context(closing(stage_progress(len(methods), PROG, Unit("methods"))))
+        specs = _counted_runs(methods, opts, releases, homes, progress)
         for spec in chain(specs, extra):
             published.append(write_run(spec, opts.project, opts.entity, opts.mode))
             held[spec.directory.resolve()].commit(published[-1])
     return published
+
+
+def _counted_runs(methods: Sequence[Method], opts: PublishOptions, releases: dict[str, Release | None],
+                  homes: dict[Path, Path], progress: Progress) -> Iterator[RunSpec]:
+    """Each method's W&B runs (:func:`method_runs`, into its home folder), the method counted done in
+    ``progress`` once the last of them is written."""
+    for m in methods:
+        yield from method_runs(m, opts, releases, homes[m.run_dir])
+        progress.update(1)
 
 
 def publish(paths: Iterable[str | Path], opts: PublishOptions) -> list[Published]:

@@ -25,6 +25,7 @@ import orjson
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from apm.live.progress import Unit, counted, stage_progress
 from apm.records.declaration import Declaration, from_record, method_kind
 from apm.records.judging import judged, response_digest, sorted_json, verifies
 from apm.records.lines import Kind, Skipped, TypedLines, read_typed
@@ -508,20 +509,24 @@ class RunSet:
 
 def load_runs(
     paths: Iterable[str | Path], judge: str | None = None, rubric_version: str | None = None, detail: bool = False,
-    workers: int = 1,
+    workers: int = 1, progress: bool = True,
 ) -> RunSet:
     """Records, judgements (selected as in :func:`load_judgements`), memory lines and plans under ``paths``;
     ``workers`` > 1 reads a large load's files in that many worker processes (:func:`_read_files`; the
     same frames, warnings and skipped lines as read here: the caller's main module must guard its entry
-    point, ``if __name__ == "__main__"``, as a console script's does)."""
+    point, ``if __name__ == "__main__"``, as a console script's does); ``progress``: the files read, on stderr
+    (:func:`apm.live.progress.stage_progress`)."""
     paths = list(paths)
     skipped: list[Skipped] = []
     kinds: list[tuple[Kind, Sequence[Field]]] = [
         ("records", _record_fields(detail)), ("judgements", JUDGEMENT_FIELDS), ("memory", MEMORY_FIELDS)]
     files = [_files(paths, kind) for kind, _ in kinds]
     jobs: list[FileJob] = [(f, kind, fields) for (kind, fields), of_kind in zip(kinds, files) for f in of_kind]
-    read = _read_files(jobs, workers)
+    reading = stage_progress(len(jobs), "reading run files", Unit("files"), enabled=progress)
+    read = counted(_read_files(jobs, workers), reading)
     frames = (_concat(kind, fields, of_kind, read, skipped) for (kind, fields), of_kind in zip(kinds, files))
     records = _latest_records(next(frames))  # each kind reduced as it comes, while the workers read the next
     judgements = _selected(next(frames), judge, rubric_version, records)
-    return RunSet(records, judgements, _latest_memory(next(frames)), tuple(skipped), read_plans(run_dirs(paths)))
+    memory = _latest_memory(next(frames))
+    reading.close()
+    return RunSet(records, judgements, memory, tuple(skipped), read_plans(run_dirs(paths)))

@@ -33,7 +33,7 @@ from apm.backbones.base import GenerationSettings, as_backbone
 from apm.backbones.openai_api import url_credentials_problem
 from apm.data.fingerprint import release_fingerprint
 from apm.data.instances import Instance, release_instances
-from apm.data.model import Trajectory
+from apm.data.model import Release, Trajectory
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
 from apm.data.tasks import EA, TASKS
@@ -172,7 +172,7 @@ def check_config(cfg: DictConfig) -> None:
             raise ConfigError(f"{key}.api_key_env: ${variable} is not set; export the key there (read from there only)")
 
 
-def _load_release(root: str):
+def load_checked_release(root: str) -> Release:
     """The release, or one line saying how many problems it has and how to list them."""
     try:
         return load_release(root)
@@ -252,6 +252,11 @@ def shard_plan(cfg: DictConfig, release: Any) -> ShardPlan:
     check_shard(cfg.shard.index, cfg.shard.count)
     check_tasks(cfg.dataset.tasks)
     trajectories = shard_trajectories(release.trajectories, cfg.shard.index, cfg.shard.count)
+    if not trajectories:
+        n = len(release.trajectories)
+        raise ConfigError(f"shard.count={cfg.shard.count}: shard-{cfg.shard.index}-of-{cfg.shard.count} gets none of "
+                          f"the release's {n} trajectories (a shard holds whole trajectories); give shard.count={n} "
+                          "or fewer")
     chosen = {t.trajectory_id for t in trajectories}
     tasks = set(cfg.dataset.tasks) if cfg.dataset.tasks is not None else None
     everything = [
@@ -276,11 +281,20 @@ def shard_plan(cfg: DictConfig, release: Any) -> ShardPlan:
                      len(everything), part)
 
 
+def check_shards(cfg: DictConfig, release: Release, indices: Iterable[int]) -> None:
+    """Refuse, as each job would (:func:`shard_plan`), a selection that one of the shards ``indices`` of
+    ``cfg`` cannot run: ``apm-submit`` checks every job of a sweep so before any reaches the queue."""
+    for index in indices:
+        shard = cfg.copy()
+        shard.shard.index = index
+        shard_plan(shard, release)
+
+
 def build_setup(cfg: DictConfig) -> tuple[RunSetup, ShardPlan]:
     """Check the config, load and validate the release, instantiate protocol and backbones, pick this
     shard's work; nothing is written and no engine is started."""
     check_config(cfg)
-    release = _load_release(cfg.dataset.root)
+    release = load_checked_release(cfg.dataset.root)
     protocol = _instantiate(cfg.memory)
     backbone = as_backbone(_instantiate(cfg.backbone))
     writes = cfg.writer is not None and uses_writer(cfg)
@@ -393,7 +407,7 @@ async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> RunS
     job_manifest = RunDir(setup.run_dir).manifest(setup.shard_label)
     started = manifest.job_started(job_manifest, job_identity(cfg, setup, plan))
     ledger.job_started(setup.run_dir, setup.shard_label, plan.trajectories, plan.instances,
-                       selected=len(plan.run_instances), population=plan.population)
+                       selected=len(plan.run_instances), population=plan.population, overrides=job_overrides())
     sink = _wandb_sink(cfg, setup)
     tally = _Tally(sink)
     progress = job_progress(len(plan.run_instances), f"{setup.run_info['memory']} · {setup.run_info['backbone']}",
@@ -437,6 +451,15 @@ class _Tally:
             self.sink(record)
 
 
+def job_overrides() -> list[str] | None:
+    """The overrides this job was started with (the user's ``hydra…`` ones, then the task's), which
+    ``apm-submit`` takes to run it again; None outside a Hydra app."""
+    if not HydraConfig.initialized():
+        return None
+    given = HydraConfig.get().overrides
+    return redact_data([o for o in given.hydra if not o.startswith("hydra.mode=")] + list(given.task))
+
+
 def job_identity(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> dict[str, Any]:
     """What a job's manifest says it ran: its shard, the part of it (``subset``, [] for all), the config
     hash, the release, the code and the prompts."""
@@ -449,7 +472,7 @@ async def judge_inline(cfg: DictConfig, setup: RunSetup, keys: set[str]) -> None
     """``judge=<config>`` on ``apm-run``: the judge stage on this shard's instances once the run ends."""
     judge = _instantiate(cfg.judge)
     stage = JudgeStage(judge, concurrency=cfg.concurrency, only_keys=keys, file_suffix=f"-{setup.shard_label}",
-                       fail_fast=cfg.fail_fast, preflight=cfg.preflight)
+                       fail_fast=cfg.fail_fast, preflight=cfg.preflight, progress=cfg.logging.progress)
     async with _started(judge):
         stats = await stage.run([setup.run_dir])
     print(f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed, {stats.cached} already judged")

@@ -49,8 +49,10 @@ def read_plan(run_dir: Path, shard: str) -> dict[str, Any] | None:
 
 
 def job_started(run_dir: Path, shard: str, trajectories: Iterable[Any], instances: Iterable[Any],
-                selected: int, population: int) -> None:
-    """Write the shard's plan and a ``started`` event (with how much was already on record, for ETAs)."""
+                selected: int, population: int, overrides: list[str] | None = None) -> None:
+    """Write the shard's plan and a ``started`` event (with how much was already on record, for ETAs; the
+    file this process's stderr goes to, its ``log``; and the ``overrides`` it was started with, which
+    ``apm-status`` hands to ``apm-submit`` to run it again)."""
     keys = [i.key for i in instances]
     trajectories = list(trajectories)
     plan = {
@@ -66,7 +68,18 @@ def job_started(run_dir: Path, shard: str, trajectories: Iterable[Any], instance
     write_json_atomically(run.plan(shard), plan)
     on_record = len(done_keys(run.records) & set(keys))
     append_event(run_dir, shard, "started", job_id=scheduler_job_id(), host=socket.gethostname(), pid=os.getpid(),
-                 restarts=int(os.environ.get("SLURM_RESTART_COUNT", 0)), on_record=on_record)
+                 restarts=int(os.environ.get("SLURM_RESTART_COUNT", 0)), on_record=on_record, log=stderr_file(),
+                 overrides=overrides)
+
+
+def stderr_file() -> str | None:
+    """The file this process's stderr is written to (a SLURM job's log, ``2> log``), or None (a terminal,
+    a pipe, a deleted file)."""
+    try:
+        path = os.readlink("/proc/self/fd/2")
+    except OSError:
+        return None
+    return path if os.path.isfile(path) else None
 
 
 def job_ended(run_dir: Path, shard: str, stats: Any, error: BaseException | None) -> None:

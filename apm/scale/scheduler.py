@@ -38,17 +38,31 @@ def _expand(job_id: str) -> list[str]:
 
 def states(job_ids: Iterable[str]) -> dict[str, str] | None:
     """``{job id: state}`` (e.g. ``RUNNING``, ``CANCELLED``) for the ids SLURM knows; None without SLURM."""
-    ids = sorted({j for j in job_ids if j})
     if not available():
         return None
+    return {j: state.split()[0] if state else "UNKNOWN" for j, state in _by_job(job_ids, "State", "%T").items()}
+
+
+def reasons(job_ids: Iterable[str]) -> dict[str, str]:
+    """``{job id: reason}`` SLURM gives for the ids it knows (``Reason``: ``BeginTime`` for a requeued job held
+    back, ``JobHeldUser``, ``Resources``…), leaving out ``None``; empty without SLURM."""
+    if not available():
+        return {}
+    return {j: reason for j, reason in _by_job(job_ids, "Reason", "%r").items() if reason and reason != "None"}
+
+
+def _by_job(job_ids: Iterable[str], sacct_field: str, squeue_field: str) -> dict[str, str]:
+    """One field of each of the ids' jobs: ``sacct``'s, overridden by ``squeue``'s for the jobs still queued
+    or running (all jobs asked: ``squeue -j`` fails on one unknown id)."""
+    ids = sorted({j for j in job_ids if j})
     if not ids:
         return {}
     found: dict[str, str] = {}
-    for line in _lines(["sacct", "-n", "-P", "-X", "--format=JobID,State", "-j", ",".join(ids)]):
-        job, _, state = line.partition("|")
+    for line in _lines(["sacct", "-n", "-P", "-X", f"--format=JobID,{sacct_field}", "-j", ",".join(ids)]):
+        job, _, value = line.partition("|")
         for j in _expand(job):
-            found[j] = state.split()[0] if state else "UNKNOWN"
-    for line in _lines(["squeue", "-h", "-r", "-o", "%i|%T"]):  # all jobs: -j fails on one unknown id
-        job, _, state = line.partition("|")
-        found[job] = state
-    return {j: s for j, s in found.items() if j in ids}
+            found[j] = value
+    for line in _lines(["squeue", "-h", "-r", "-o", f"%i|{squeue_field}"]):
+        job, _, value = line.partition("|")
+        found[job] = value
+    return {j: v for j, v in found.items() if j in ids}

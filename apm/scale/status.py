@@ -15,15 +15,17 @@ while jobs run, after they end, and on a machine without SLURM.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import socket
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from apm.records.jsonl import latest_by, read_folder, read_jsonl
+from apm.records.jsonl import latest_by, read_folder, read_jsonl, revision_of
 from apm.records.rundir import RunDir, find_runs
 from apm.runner import ledger
 from apm.scale import scheduler
@@ -38,6 +40,13 @@ PARTIAL = "partial"
 not failed; the full run (``apm-submit`` submits it) adds the rest."""
 MISSING = "missing"
 """A shard of the run's shard count with neither plan nor records: never started."""
+HELD = {"pending", "requeued", "requeue_hold", "requeue_fed", "suspended", "stopped"}
+"""Scheduler states of a job that waits: ``apm-status`` says why (the scheduler's reason) and what releases it."""
+ERROR_LINE = re.compile(r"(error|exception)(?!s)\b|\b(killed|cancelled|oom[-_ ]kill|out of memory)\b", re.IGNORECASE)
+"""A log line that says something went wrong (``apm-run: error: …``, ``ValueError: …``, ``slurmstepd: error: …
+CANCELLED``, an OOM kill), not a progress line's ``0 errors``."""
+LOG_TAIL_BYTES = 1 << 16
+"""How much of the end of a job's log is searched for its last error line."""
 
 
 @dataclass
@@ -57,6 +66,14 @@ class ShardStatus:
     """The shard's trajectories' session updates whose newest memory line has an error."""
     population: int | None = None
     """Instances of every shard of the run together (from its plan; None when unknown)."""
+    reason: str | None = None
+    """The scheduler's reason for the job's state (``BeginTime``, ``JobHeldUser``…), for a shard that needs a word."""
+    last_error: str | None = None
+    """The last error line of the job's log (else of its ledger), for a shard that failed."""
+    log: str | None = None
+    """The job's log file, where there is one (its stderr: ``<output_root>/.submitit/<id>/<id>_0_log.err``)."""
+    resume: str | None = None
+    """The command that resumes the shard: ``apm-submit …`` for a failed one, ``scontrol …`` for a held one."""
 
     @property
     def failed(self) -> bool:
@@ -71,6 +88,11 @@ class ShardStatus:
     def active(self) -> bool:
         return self.state.upper() in scheduler.ACTIVE or self.state in {"submitted", "running?"}
 
+    @property
+    def held(self) -> bool:
+        """Whether the scheduler holds the job back (pending, a hold, suspended)."""
+        return self.state in HELD
+
 
 def shards_of(run_dir: Path) -> list[str]:
     """Shard labels with a job folder or a records file, by count then index."""
@@ -79,12 +101,14 @@ def shards_of(run_dir: Path) -> list[str]:
     return sorted(labels, key=lambda s: tuple(int(x) for x in s.split("-")[1::2]))
 
 
-def record_counts(run_dir: Path) -> tuple[dict[str, bool], Counter]:
-    """Per key: whether its newest record (``latest_by``) is free of errors; and how often each key is
-    on record."""
+def record_counts(run_dir: Path) -> tuple[dict[str, bool], set[str]]:
+    """Per key: whether its newest record (``latest_by``) is free of errors; and the keys on record as true
+    duplicates: two lines of one revision (written twice), not a rerun's or a re-measurement's line, which
+    supersedes the last with the next revision (``latency.sample``, ``rerun=errors``, a resume)."""
     records = list(read_folder(RunDir(run_dir).records))
     last = {k: rec.get("error") is None for k, rec in latest_by(records, lambda rec: rec["key"]).items()}
-    return last, Counter(rec["key"] for rec in records)
+    written = Counter((rec["key"], revision_of(rec)) for rec in records)
+    return last, {key for (key, _), n in written.items() if n > 1}
 
 
 def memory_errors(run_dir: Path) -> Counter:
@@ -145,7 +169,7 @@ def _eta(events: list[dict[str, Any]], done: int, total: int | None, now: float)
     return (total - done) * elapsed / made if made > 0 and elapsed > 0 else None
 
 
-def shard_status(root: Path, run_dir: Path, shard: str, last: dict[str, bool], seen: Counter,
+def shard_status(root: Path, run_dir: Path, shard: str, last: dict[str, bool], duplicated: set[str],
                  job_states: dict[str, str] | None, now: float, failed_updates: Counter | None = None) -> ShardStatus:
     """The status of one shard from its records, plan, memory lines, ledger and (if known) the
     scheduler's states."""
@@ -173,7 +197,7 @@ def shard_status(root: Path, run_dir: Path, shard: str, last: dict[str, bool], s
     eta = _eta(events, done, total, now) if state == "running" else None
     return ShardStatus(
         run=_run_name(root, run_dir), shard=shard, state=state, done=done, total=total, errors=errors,
-        duplicates=sum(1 for k in keys if seen[k] > 1), job_id=job_id, eta_s=eta, memory_errors=mem_errors,
+        duplicates=sum(1 for k in keys if k in duplicated), job_id=job_id, eta_s=eta, memory_errors=mem_errors,
         population=(plan or {}).get("population"),
     )
 
@@ -200,14 +224,74 @@ def sweep_status(root: Path) -> list[ShardStatus]:
     now = time.time()
     out = []
     for run_dir in runs:
-        last, seen = record_counts(run_dir)
+        last, duplicated = record_counts(run_dir)
         failed_updates = memory_errors(run_dir)
         shards = shards_of(run_dir)
-        rows = [shard_status(root, run_dir, s, last, seen, job_states, now, failed_updates) for s in shards]
+        rows = [shard_status(root, run_dir, s, last, duplicated, job_states, now, failed_updates) for s in shards]
         population = max((r.population for r in rows if r.population is not None), default=None)
-        out += rows + [ShardStatus(_run_name(root, run_dir), s, MISSING, 0, None, 0, 0, None, None,
-                                   population=population) for s in missing_shards(shards)]
-    return out
+        rows += [ShardStatus(_run_name(root, run_dir), s, MISSING, 0, None, 0, 0, None, None, population=population)
+                 for s in missing_shards(shards)]
+        out += [(run_dir, r) for r in rows]
+    reasons = scheduler.reasons(r.job_id or "" for _, r in out if r.held or r.failed)
+    return [explained(run_dir, r, reasons) if r.held or r.failed else r for run_dir, r in out]
+
+
+def explained(run_dir: Path, row: ShardStatus, reasons: dict[str, str]) -> ShardStatus:
+    """``row`` with what a user needs of a failed or held shard: the scheduler's reason, the last error
+    line of its job's log (else of its ledger), that log, and the command that resumes it."""
+    events = ledger.read_events(run_dir, row.shard)
+    logs = [p for p in _logs(events) if p.is_file()]
+    found = next(((p, line) for p in logs if (line := last_error_line(p)) is not None), None)
+    ended: dict[str, Any] = next((e for e in reversed(events) if e["event"] == "ended"), {})
+    reason = reasons.get(row.job_id or "")
+    return replace(row, reason=reason, last_error=found[1] if found else ended.get("error"),
+                   log=str(found[0] if found else logs[0]) if logs else None,
+                   resume=_resume(row, reason, _overrides(run_dir, row.shard, events)))
+
+
+def _logs(events: list[dict[str, Any]]) -> list[Path]:
+    """The logs of the shard's last job, likeliest to hold its error first: the stderr its runner recorded
+    (``started``), then submitit's stderr and stdout beside the log ``apm-submit`` recorded."""
+    started = next((e.get("log") for e in reversed(events) if e["event"] == "started"), None)
+    submitted = next((e.get("log") for e in reversed(events) if e["event"] == "submitted"), None)
+    found = [Path(started)] if started else []
+    if submitted:
+        found += [Path(submitted).with_name(Path(submitted).name.replace("_log.out", "_log.err")), Path(submitted)]
+    return list(dict.fromkeys(found))
+
+
+def last_error_line(log: Path) -> str | None:
+    """The last line near the end of ``log`` that says something went wrong (:data:`ERROR_LINE`), stripped."""
+    with open(log, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+        lines = f.read().decode(errors="replace").splitlines()
+    return next((line.strip() for line in reversed(lines) if ERROR_LINE.search(line)), None)
+
+
+def _overrides(run_dir: Path, shard: str, events: list[dict[str, Any]]) -> list[str] | None:
+    """The overrides the shard's last job was started or submitted with; for a shard never started, those of
+    a shard of the same count with its ``shard.index`` put right."""
+    own = next((e["overrides"] for e in reversed(events) if e.get("overrides")), None)
+    if own is not None:
+        return own
+    index, count = (int(x) for x in shard.split("-")[1::2])
+    for sibling in shards_of(run_dir):
+        if sibling.endswith(f"-of-{count}") and (found := next(
+                (e["overrides"] for e in reversed(ledger.read_events(run_dir, sibling)) if e.get("overrides")), None)):
+            return [o for o in found if o.split("=", 1)[0] != "shard.index"] + [f"shard.index={index}"]
+    return None
+
+
+def _resume(row: ShardStatus, reason: str | None, overrides: list[str] | None) -> str | None:
+    """What resumes the shard: releasing a job held back (``BeginTime`` after a requeue, a user's hold), or
+    for a failed shard ``apm-submit`` with its overrides (what is on record is skipped)."""
+    if row.held and row.job_id:
+        if reason == "BeginTime":
+            return f"scontrol update JobId={row.job_id} StartTime=now"
+        if row.state == "requeue_hold" or reason == "JobHeldUser":
+            return f"scontrol release {row.job_id}"
+        return None  # waiting for resources or priority: nothing to do
+    return f"apm-submit {shlex.join(overrides)}" if row.failed and overrides else None
 
 
 def _clock(seconds: float | None) -> str:
@@ -226,6 +310,7 @@ def render(rows: list[ShardStatus]) -> str:
         shown_total = "?" if r.total is None else str(r.total)
         lines.append(f"{r.run:<{w}} {r.shard:<14} {r.state:<16} {f'{r.done}/{shown_total}':>12} {r.errors:>6} "
                      f"{r.memory_errors:>7} {r.duplicates:>4} {r.job_id or '-':>10} {_clock(r.eta_s):>8}")
+    lines += [line for r in rows for line in _details(r)]
     states = Counter(r.state for r in rows)
     done, total = sum(r.done for r in rows), sum(r.total or 0 for r in rows)
     etas = [r.eta_s for r in rows if r.eta_s is not None]
@@ -235,6 +320,16 @@ def render(rows: list[ShardStatus]) -> str:
                  + f" · whole plan {done}/{_whole_plan(rows)}"
                  + f" · ETA {_clock(max(etas)) if etas else '-'}")
     return "\n".join(lines)
+
+
+def _details(row: ShardStatus) -> list[str]:
+    """Below the table, for a failed or held shard: its reason, last error line, log and resume command."""
+    if not (row.failed or row.held):
+        return []
+    said = [("reason", row.reason and f"{row.reason} (the scheduler's)"), ("last error", row.last_error),
+            ("log", row.log), ("resume", row.resume)]
+    job = f" (job {row.job_id})" if row.job_id else ""
+    return [f"{row.run} {row.shard}: {row.state}{job}"] + [f"  {f'{k}:':<11} {v}" for k, v in said if v]
 
 
 def _whole_plan(rows: list[ShardStatus]) -> str:

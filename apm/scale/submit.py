@@ -11,8 +11,8 @@ settings are the ``hydra/launcher`` preset's.
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, cast
@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from apm.configs import CONF_DIR
 from apm.runner import ledger
-from apm.runner.app import check_engine_urls, check_shard, run_dir_of
+from apm.runner.app import check_config, check_shard, check_shards, load_checked_release, run_dir_of
 from apm.runner.config import ConfigError
 from apm.scale import scheduler
 from apm.scale.status import last_job_id, record_counts, shard_status
@@ -70,16 +70,20 @@ def _combinations(overrides: Sequence[Override]) -> list[list[str]]:
 
 
 def expand(overrides: Sequence[str]) -> tuple[list[ShardJob], dict[str, Any]]:
-    """The sweep's (config, shard) jobs and the resolved ``hydra.launcher`` settings."""
+    """The sweep's (config, shard) jobs and the resolved ``hydra.launcher`` settings, each job checked as
+    ``apm-run`` checks it before it starts an engine (its config, its release, its shard's selection), so
+    a job that would fail on the node is refused here (``ConfigError``: one line) and nothing is queued."""
     jobs: list[ShardJob] = []
     launcher: dict[str, Any] = {}
+    release_of = functools.cache(load_checked_release)  # each release loaded and checked once
     for combo in sweep_combinations(overrides):
         cfg = _compose(combo)
-        check_engine_urls(cfg)  # before a job file, pickle or ledger line holds the overrides
+        check_config(cfg)  # before a job file, pickle or ledger line holds the overrides
         launcher = launcher or cast(dict[str, Any], OmegaConf.to_container(cfg.hydra.launcher, resolve=True))
         given = any(o.split("=", 1)[0].lstrip("+~") == "shard.index" for o in combo)
         check_shard(cfg.shard.index if given else 0, cfg.shard.count)
         indices = [cfg.shard.index] if given else range(cfg.shard.count)
+        check_shards(cfg, release_of(str(cfg.dataset.root)), indices)
         for i in indices:
             extra = [] if given else [f"shard.index={i}"]
             jobs.append(ShardJob(tuple(combo + extra), run_dir_of(cfg), f"shard-{i}-of-{cfg.shard.count}",
@@ -107,9 +111,10 @@ def pending(jobs: list[ShardJob]) -> tuple[list[ShardJob], list[tuple[ShardJob, 
     ids = [last_job_id(ledger.read_events(j.run_dir, j.shard)) or "" for j in jobs]
     states = scheduler.states(ids)
     todo, skipped = [], []
-    counts: dict[Path, tuple[dict[str, bool], Counter]] = {}
+    counts: dict[Path, tuple[dict[str, bool], set[str]]] = {}
     for job in jobs:
-        counts.setdefault(job.run_dir, record_counts(job.run_dir))
+        if job.run_dir not in counts:
+            counts[job.run_dir] = record_counts(job.run_dir)
         status = shard_status(job.run_dir, job.run_dir, job.shard, *counts[job.run_dir], states, 0.0)
         if status.active or (status.complete and not job.reruns):
             skipped.append((job, status.state))

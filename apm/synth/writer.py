@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import random
+from contextlib import closing
 from pathlib import Path
 from typing import Iterator
 
 from apm.data import clock
+from apm.live.progress import Unit, stage_progress
 from apm.records.atomic import replaced_output
 from apm.synth.candidates import MinedTrajectory, mine, quota
 from apm.synth.render import add_motion, render_state
@@ -104,24 +106,32 @@ def write_manifests(root: Path, seed: int, scale: Scale, mined: list[tuple[Traje
     (root / "synth_world.json").write_text(json.dumps(world_json) + "\n", encoding="utf-8")
 
 
-def _write_release(root: Path, seed: int, scale: Scale, n_trajectories: int) -> None:
-    """Write every file of the release under ``root``: each trajectory's videos as it is mined, then the JSON."""
+def _write_release(root: Path, seed: int, scale: Scale, n_trajectories: int, progress: bool = True) -> None:
+    """Write every file of the release under ``root``: each trajectory's videos as it is mined, then the JSON;
+    ``progress``: the trajectories, and each one's sessions, on stderr as they are written."""
     mined = []
-    for world, found in mined_release(seed, scale, n_trajectories):
-        for session in world.sessions:
-            log.info("synth: %s %s/%s", world.trajectory_id, session.day_id, session.session_id)
-            write_session_video(root / "videos" / world.trajectory_id / session.video_name(), world, session, scale)
-        mined.append((world, found))
+    with closing(stage_progress(n_trajectories, PROG, Unit("trajectories"), enabled=progress)) as trajectories:
+        for world, found in mined_release(seed, scale, n_trajectories):
+            with closing(stage_progress(len(world.sessions), f"{PROG}: {world.trajectory_id}", Unit("sessions"),
+                                        enabled=progress, inner=True)) as sessions:
+                for session in world.sessions:
+                    log.info("synth: %s %s/%s", world.trajectory_id, session.day_id, session.session_id)
+                    path = root / "videos" / world.trajectory_id / session.video_name()
+                    write_session_video(path, world, session, scale)
+                    sessions.update(1)
+            mined.append((world, found))
+            trajectories.update(1)
     write_manifests(root, seed, scale, mined)
 
 
-def generate(out: Path, seed: int, scale: str, limit_trajectories: int | None = None) -> Path:
+def generate(out: Path, seed: int, scale: str, limit_trajectories: int | None = None, progress: bool = True) -> Path:
     """Write a synthetic release of ``scale`` (tiny, small, paper) to ``out``: a new or empty folder, or
-    an earlier synthetic release (:func:`apm.records.atomic.claim_output`), replaced whole."""
+    an earlier synthetic release (:func:`apm.records.atomic.claim_output`), replaced whole; ``progress``
+    on stderr (:func:`_write_release`)."""
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
     config = SCALES[scale]
     n = config.trajectories if limit_trajectories is None else max(0, min(limit_trajectories, config.trajectories))
     with replaced_output(out, PROG) as stage:
-        _write_release(stage, seed, config, n)
+        _write_release(stage, seed, config, n, progress)
     return Path(out)

@@ -15,7 +15,7 @@ import multiprocessing
 import os
 import stat
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import suppress
+from contextlib import closing, suppress
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -24,9 +24,9 @@ from typing import Any, Iterable
 import av
 import PIL
 from filelock import FileLock
-from tqdm import tqdm
 
 from apm.data.model import Release
+from apm.live.progress import Unit, stage_progress
 from apm.records.atomic import write_atomically
 from apm.video.decode import SamplingSettings, VideoDecodeError, sample_jpegs
 from apm.video.store import CorruptEntryError, EntryFile, write_entry
@@ -249,7 +249,8 @@ def build_release_cache(
     workers: int = 2,
     progress: bool = True,
 ) -> BuildReport:
-    """Build the entry of every session video of ``release`` with ``workers`` processes and a progress bar.
+    """Build the entry of every session video of ``release`` with ``workers`` processes, ``progress`` on
+    stderr (:func:`apm.live.progress.stage_progress`).
 
     Existing valid entries are reused. A video that cannot be decoded does not stop the others; it is
     listed in ``BuildReport.failed`` (the CLI should print those and exit non-zero).
@@ -260,7 +261,7 @@ def build_release_cache(
     failed: list[VideoDecodeError] = []
     with (
         ProcessPoolExecutor(max(1, workers), mp_context=multiprocessing.get_context(WORKER_START)) as pool,
-        tqdm(total=len(videos), unit="video", disable=not progress) as bar,
+        closing(stage_progress(len(videos), "apm-data cache", Unit("videos"), lambda: len(failed), progress)) as bar,
     ):
         futures = {pool.submit(_build_one, cache.cache_dir, cache.settings, v): v for v in videos}
         for fut in as_completed(futures):
@@ -269,6 +270,5 @@ def build_release_cache(
                 ready.append(futures[fut])
             except VideoDecodeError as e:
                 failed.append(e)
-                bar.write(str(e))
-            bar.update()
+            bar.update(1)
     return BuildReport(tuple(sorted(ready)), tuple(sorted(failed, key=lambda e: str(e.path))))

@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from apm.live.progress import Unit, counted, stage_progress
 from apm.records.atomic import replaced_output
 from apm.view.collect import Row, Views, instance_view
 from apm.view.thumbs import Thumbnails
@@ -166,7 +167,8 @@ def write_data(stage: Path, views: Views, thumbs: Thumbnails, frames_per_cell: i
     chunks = Chunks(stage / "chunks")
     part = {m["id"]: f"m{i}" for i, m in enumerate(views.methods)}
     rows: dict[str, Row] = {}
-    for record, view, texts in views.cells(thumbs, frames_per_cell, grid):
+    shown = stage_progress(len(views.runs.records), PROG, Unit("records"))
+    for record, view, texts in counted(views.cells(thumbs, frames_per_cell, grid), shown):
         h, key = str(record["run"]["config_hash"]), record["key"]
         row = rows.setdefault(key, Row.of(record))
         row.add(h, view, chunks.add(str(record.get("task")), part[h], key, view, {}), texts)
@@ -176,6 +178,7 @@ def write_data(stage: Path, views: Views, thumbs: Thumbnails, frames_per_cell: i
         own = chunks.add(str(row.fields["task"]), INSTANCE_PART, key,
                          instance_view(key, row, views.releases.instances.get(key)), row.texts)
         index.append(filter_entry(key, row, own, list(part)))
+    shown.close()
     chunks.close()
     head = views.head()
     head["notes"]["thumbnails"] = thumbnail_note(frames_per_cell, grid)
