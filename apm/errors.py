@@ -10,7 +10,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 from apm.records.redact import redact
 from apm.records.rundir import find_runs
@@ -85,13 +85,22 @@ def take_debug_flag(argv: list[str], flag: str = DEBUG_FLAG) -> tuple[list[str],
     return [a for a in argv if a != flag], flag in argv[1:]
 
 
+PIPE_CLOSED = 141
+"""The exit status of a command whose reader closed the pipe early (128 + SIGPIPE, as a shell's own tools)."""
+
+
 def guarded(prog: str, call: Callable[[], int | None], debug: bool,
             usage: tuple[type[BaseException], ...] = (), verbose: bool = False) -> int:
     """``call()``'s exit status; an exception is one line on stderr (``verbose``: its whole message) and
     status 2 (a ``usage`` error: the command or its config is wrong) or 1 — or, with ``debug``, raised
-    with its traceback."""
+    with its traceback; a reader that closed the pipe early ends it quietly (:data:`PIPE_CLOSED`)."""
     try:
-        return call() or 0
+        status = call() or 0
+        sys.stdout.flush()  # here, not at exit: a reader that stopped early is met below
+        return status
+    except BrokenPipeError:  # ``apm-data keys | head -1``: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return PIPE_CLOSED
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
@@ -102,8 +111,35 @@ def guarded(prog: str, call: Callable[[], int | None], debug: bool,
         return 2 if isinstance(e, usage) else 1
 
 
+VERSION_FLAG = "--version"
+Version = Callable[[str], str]
+"""What ``--version`` prints for a command (its name given): set once for every command by :mod:`apm.cli`."""
+_version: list[Version] = []
+
+
+def say_version_with(version: Version) -> None:
+    """Make every command's ``--version`` print ``version(prog)`` (:mod:`apm.cli` names apm's version and
+    code identity, which this module, below the runner, cannot compute)."""
+    _version[:] = [version]
+
+
+class _PrintVersion(argparse.Action):
+    """``--version``: print the command's version line (computed only when asked) and exit 0."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(_version[0](parser.prog))
+        parser.exit(0)
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (argparse's own prints the usage above the error)."""
+    """An argument parser whose errors are one line (argparse's own prints the usage above the error),
+    with ``--version`` once :func:`say_version_with` has been told what to print."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if _version:
+            self.add_argument(VERSION_FLAG, action=_PrintVersion, nargs=0,
+                              help="print apm's version and the identity of its code, and exit")
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {redact(message)} (--help lists the arguments)\n")
@@ -156,6 +192,9 @@ def hydra_guarded(prog: str, app: Callable[[], None], usage: tuple[type[BaseExce
     an unknown flag is one line, exit 2."""
     sys.argv, debug = take_debug_flag(sys.argv)
     sys.argv, verbose = take_debug_flag(sys.argv, VERBOSE_FLAG)
+    if VERSION_FLAG in sys.argv[1:] and _version:  # apm's, not Hydra's own version
+        print(_version[0](prog))
+        return 0
     if unknown := unknown_hydra_flags(sys.argv[1:]):
         print(f"{prog}: error: unrecognized arguments: {redact(' '.join(unknown))} (--help lists them)",
               file=sys.stderr)

@@ -25,7 +25,8 @@ def apm_run(tiny: Path, out: Path, cache: Path, *extra: str) -> subprocess.Popen
         [sys.executable, "-m", "apm.cli.run", f"dataset.root={tiny}", f"output_root={out}",
          f"frames.cache_dir={cache}", "logging.wandb.mode=disabled", "logging.progress=false",
          "memory=text_summary", "backbone=random", "concurrency=2",
-         "backbone._target_=support.backbones.SlowRandom", *extra],
+         "backbone._target_=support.backbones.SlowRandom", "+backbone@writer=perceiver", "memory.max_tokens=160",
+         *extra],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
 

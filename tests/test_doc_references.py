@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hydra._internal.utils import get_args_parser  # Hydra's own command line: the flags apm-run takes
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -75,6 +76,10 @@ class Code:
     """Each ``apm-<command>``'s flags (``add_argument("--x")`` in ``apm/cli/<command>.py``)."""
 
 
+EVERY_COMMANDS_FLAGS = {"--debug", "--verbose", "--help", "--version"}
+"""What every console script takes (``apm.errors``: the guard, ``OneLineParser``; argparse's ``--help``)."""
+
+
 def read_code(root: Path) -> Code:
     """Index the code under ``root``'s code folders (and the flags of ``root/apm/cli``)."""
     code = Code()
@@ -89,7 +94,10 @@ def read_code(root: Path) -> Code:
                  if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
                  and call.func.attr == "add_argument"
                  for a in call.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
-        code.flags[f"apm-{path.stem.replace('_', '-')}"] = flags | {"--debug"}  # apm-check-system: check_system.py
+        command = f"apm-{path.stem.replace('_', '-')}"  # apm-check-system: check_system.py
+        code.flags[command] = flags | EVERY_COMMANDS_FLAGS
+    if "apm-run" in code.flags:  # a Hydra app: Hydra's own flags too (--hydra-help, -sc …)
+        code.flags["apm-run"] |= {o for a in get_args_parser()._actions for o in a.option_strings if o.startswith("--")}
     for path in sorted((root / "apm").rglob("*.js")):
         code.names |= set(re.findall(r"[A-Za-z_]\w*", path.read_text(encoding="utf-8")))
     for folder in ("conf", "launchers", ".ci"):

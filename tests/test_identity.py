@@ -141,8 +141,9 @@ def test_records_carry_the_config_group_choices_and_the_settings_off_their_defau
     assert plain["choices"] == {"dataset": "synthetic", "memory": "none", "backbone": "random", "writer": None,
                                 "judge": None}
     outside = runs["keyframes", '{"memory.every_s": 5}']
+    # the writer given is no part of a method that writes nothing (KeyframeMemory)
     assert outside["choices"] | {"dataset": None} == {"dataset": None, "memory": "keyframes",
-                                                      "backbone": "my_backbone", "writer": "oracle", "judge": None}
+                                                      "backbone": "my_backbone", "writer": None, "judge": None}
 
 
 def test_without_a_hydra_app_choices_and_overrides_are_unknown(tiny, tmp_path):
@@ -150,3 +151,37 @@ def test_without_a_hydra_app_choices_and_overrides_are_unknown(tiny, tmp_path):
     (only,) = {json.dumps(r["run"], sort_keys=True) for r in records(run_dir)}
     assert json.loads(only)["choices"] == dict.fromkeys(["dataset", "memory", "backbone", "writer", "judge"])
     assert json.loads(only)["overrides"] is None
+
+
+def _identity(root: Path, *overrides: str) -> tuple[str, dict]:
+    """The config hash and the method identity (choices, overrides) of a config, as ``apm-run`` computes them."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from apm.runner.config import method_identity
+
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        cfg = compose("config", overrides=[f"dataset.root={root}", *overrides], return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        try:
+            return config_hash(cfg), method_identity(cfg)
+        finally:
+            HydraConfig.instance().cfg = None
+
+
+@pytest.mark.parametrize("memory", ["none", "raw_video", "kv_cache"])
+def test_a_writer_the_method_does_not_use_is_neither_in_its_hash_nor_its_label(tiny, memory):
+    """Issue 36 item 6: a summary writer swept over every method lands only in those that write."""
+    plain = _identity(tiny, f"memory={memory}")
+    given = _identity(tiny, f"memory={memory}", "+backbone@writer=perceiver", "writer.max_frames=8")
+    assert given == plain
+    assert given[1]["choices"]["writer"] is None and not any(k.startswith("writer") for k in given[1]["overrides"])
+
+
+@pytest.mark.parametrize("memory", ["text_summary", "event_memory"])
+def test_a_writer_the_method_uses_is_in_its_hash_and_its_label(tiny, memory):
+    plain = _identity(tiny, f"memory={memory}")
+    given = _identity(tiny, f"memory={memory}", "+backbone@writer=perceiver")
+    assert given[0] != plain[0] and given[1]["choices"]["writer"] == "perceiver"

@@ -168,3 +168,15 @@ def test_a_judge_outage_is_retried_on_the_next_run(oracle_run, monkeypatch, tmp_
     finally:
         proc.terminate()
     assert second.calls == n and second.judged == n and second.cached == 0
+
+
+def test_a_judge_that_is_no_model_is_not_said_to_make_model_calls() -> None:
+    """Issue 36 item 9: the gate-only reference judge calls no model, and the stage's line says so."""
+    from apm.backbones.openai_api import OpenAIBackbone
+    from apm.judge.reference import GateOnlyJudge
+    from apm.judge.stage import JudgeStats, summary_line
+
+    stats = JudgeStats(judged=3, calls=3)
+    said = summary_line(GateOnlyJudge(), stats)
+    assert "model calls" not in said and "no model called" in said
+    assert "3 model calls" in summary_line(OpenAIBackbone(model="m", base_url="http://x/v1"), stats)

@@ -96,3 +96,10 @@ def test_the_plugins_storage_is_what_its_state_folder_holds(report: Path) -> Non
     (run_dir,) = [p.parent for p in (report.parent / "runs").rglob("config.json") if "last-frame" in str(p)]
     (state,) = (run_dir / "memory_state").iterdir()
     assert state_bytes(state) == max(m["bytes"] for m in memory_records(run_dir)) > 0
+
+
+def test_the_memory_doc_gives_a_spans_units() -> None:
+    """Issue 36 item 9: a plug-in author reads what ``Span``'s numbers are without opening the code."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "memory.md").read_text()
+    bullet = doc.split("- `spans`:")[1].split("\n- ")[0]
+    assert "absolute second" in bullet and "inclusive" in bullet and "apm.data.clock.absolute" in bullet

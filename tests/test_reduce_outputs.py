@@ -268,3 +268,46 @@ def test_a_failed_reduce_leaves_the_previous_report_whole(tmp_path: Path, monkey
 def test_a_missing_run_dir_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.strip() == f"apm-reduce: no such run directory: {tmp_path / 'nope'}"
+
+
+def test_reduce_says_which_tables_and_figures_it_skipped_and_why(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    """Issue 36 item 5: one general method whose latency was measured loaded (no isolated sample): every
+    table or figure left out, and Table 3's latency column left empty, is one line saying why."""
+    run = fixtures.synthetic_run(tmp_path / "raw", fixtures.run_info(), trajectories=2, seed=3)
+    for path in (run / "records").glob("*.jsonl"):
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        for line in lines:
+            line["latency"]["mode"] = "loaded"
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main([str(run), "--out", str(tmp_path / "out"), "--bootstrap", "0"]) == 0
+    said = capsys.readouterr()
+    skipped = [line for line in said.err.splitlines() if "skipped" in line]
+    assert any(line.startswith("apm-reduce: skipped Figure 2 ") and "latency.sample" in line for line in skipped)
+    assert any(line.startswith("apm-reduce: skipped Table 8 ") and "specialised" in line for line in skipped)
+    empty = "apm-reduce: Table 3: Latency (s) is – for every method"
+    assert any(line.startswith(empty) for line in said.err.splitlines())
+    drawn = {p.stem for p in (tmp_path / "out" / "figures").glob("*.png")}
+    assert f"{len(drawn)} figures" in said.out and "figure2_tradeoff" not in drawn
+
+
+def test_latex_captions_leave_the_number_to_latex_and_hold_no_raw_symbols(reduced: Path) -> None:
+    """Issue 36 item 9: ``\\caption`` numbers a table itself ("Table 1: Table 3: …" otherwise), and pdfLaTeX
+    cannot typeset a raw ✓ or ✗; the Markdown caption keeps the paper's number."""
+    tex = (reduced / "tables" / "table3.tex").read_text()
+    (caption,) = [line for line in tex.splitlines() if line.startswith(r"\caption{")]
+    assert not caption.startswith(r"\caption{Table 3") and r"\checkmark" in caption
+    assert not set("✓✗–†‡") & set(tex)
+    assert tex.splitlines()[0] == "% Table 3 of the paper"
+    assert (reduced / "tables" / "table3.md").read_text().startswith("**Table 3: ")
+
+
+def test_compare_prints_its_headline(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 36 item 9: ``--compare`` says its result, not only where the CSV went."""
+    root = fixtures.small_run_set(tmp_path)
+    assert main(["--compare", str(root / "main"), str(root / "main"), "--out", str(tmp_path / "out"),
+                 "--bootstrap", "50"]) == 0
+    overall = pd.read_csv(tmp_path / "out" / "compare.csv").query("metric == 'overall'").iloc[0]
+    (headline,) = [line for line in capsys.readouterr().out.splitlines() if "Overall" in line]
+    assert f"{overall['value_a']:.1f} → {overall['value_b']:.1f}" in headline
+    assert f"{overall['diff']:+.1f}" in headline and "95% CI" in headline and f"{int(overall['n'])}" in headline

@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from apm.api.loop import blocking
 from apm.backbones.base import Backbone, as_backbone
 from apm.configs import CONF_DIR
-from apm.judge.stage import JudgeStage, JudgeStats, judge_model
+from apm.judge.stage import JudgeStage, JudgeStats, judge_model, summary_line
 from apm.records.atomic import read_run_config
 from apm.records.redact import redact_logging
 from apm.records.rundir import find_runs
@@ -33,7 +33,8 @@ class NoRuns(ValueError):
 class JudgeResult:
     """What the stage did: the judge (display name and model identity), the run dirs it judged, and its
     probes: ``judged`` now, ``failed`` (unjudged, asked again next time), ``cached`` (a verified judgement on
-    record), ``rejected`` (on record but not verifying: judged again); ``calls``: model calls made."""
+    record), ``rejected`` (on record but not verifying: judged again); ``calls``: requests made (model
+    calls, unless the judge is a reference that calls none); ``summary``: all of it in ``apm-judge``'s line."""
 
     judge: str
     model: str
@@ -43,6 +44,7 @@ class JudgeResult:
     cached: int
     rejected: int
     calls: int
+    summary: str
 
 
 def judge_backbone(overrides: Sequence[str]) -> Backbone:
@@ -94,6 +96,7 @@ def judge_runs(
         stats.cached,
         stats.rejected,
         stats.calls,
+        summary_line(backbone, stats),
     )
 
 

@@ -13,13 +13,13 @@ import pandas as pd
 
 from apm.records.atomic import claim_output, replaced_output, write_json_atomically
 from apm.records.rundir import find_runs
-from apm.reduce.compare import compare_runs
+from apm.reduce.compare import compare_runs, headline
 from apm.reduce.figures import write_figures
 from apm.reduce.load import WORKERS, RunSet, check_preference, load_runs, one_identity, one_release
 from apm.reduce.manifest import reduce_manifest
-from apm.reduce.report_index import write_report_index
+from apm.reduce.report_index import skipped, write_report_index
 from apm.reduce.scores import judge_note, score_table
-from apm.reduce.tables import coverage_gaps, method_rows, write_tables
+from apm.reduce.tables import coverage_gaps, latency_gaps, method_rows, write_tables
 from apm.reduce.units import unit_views
 
 OWNER = "apm-reduce"
@@ -42,7 +42,7 @@ class Incomplete(ValueError):
 @dataclass(frozen=True)
 class ReduceResult:
     """What a reduction wrote into ``out``: the score table (``scores.csv``; None for a comparison alone),
-    the table and figure files, ``compare.csv`` when asked, and the coverage warnings it gave."""
+    the table and figure files, ``compare.csv`` when asked, and the warnings it gave."""
 
     out: Path
     scores: pd.DataFrame | None
@@ -51,6 +51,9 @@ class ReduceResult:
     figures: tuple[Path, ...]
     compare: Path | None
     warnings: tuple[str, ...]
+    """Coverage gaps, then the paper's tables and figures it skipped (and why) and latency columns left empty."""
+    headline: str | None = None
+    """The paired comparison in one line (:func:`~apm.reduce.compare.headline`), when asked."""
 
     @property
     def scores_csv(self) -> Path | None:
@@ -119,6 +122,9 @@ def reduce_runs(
         if compare:
             _compare(compare, stage, judge, rubric, seed, bootstrap)
         tables, drawn = _write_report(stage, loaded, scores, runs, seed, bootstrap, figures)
+        said = [] if scores is None else skipped(tables, drawn if figures else None) + latency_gaps(scores, tables)
+        for line in said:
+            warn(line)
     final = Path(out).expanduser().resolve()
     return ReduceResult(
         final,
@@ -127,7 +133,8 @@ def reduce_runs(
         tuple(final / p.relative_to(stage) for p in tables),
         tuple(final / p.relative_to(stage) for p in drawn),
         final / "compare.csv" if compare else None,
-        tuple(gaps),
+        tuple(gaps + said),
+        headline(pd.read_csv(final / "compare.csv")) if compare else None,
     )
 
 

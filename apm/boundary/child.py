@@ -96,6 +96,8 @@ class ChildSystem(StreamingSystem):
     """A system served by ``command`` (e.g. ``[/envs/tf4/bin/python, -m, apm_child, my.py:MySystem]``),
     declared here as it declares itself (refused when the two differ)."""
 
+    needs_writer = True  # the child may ask the run's writer (its engine calls name ``writer`` by default)
+
     def __init__(self, command: Sequence[str], declaration: dict[str, Any], name: str | None = None,
                  options: dict[str, Any] | None = None, read: Sequence[str] = (), env: dict[str, str] | None = None,
                  seal: str = "auto", network: bool = False, deviations: Sequence[str] = ()) -> None:

@@ -97,8 +97,8 @@ class Observed(StreamingSystem):
 def _observer_of(kind: type[StreamingSystem]) -> type[Observed]:
     """``Observed`` declaring what ``kind`` declares (and replayed as serially), so the run records the real
     system's declaration and drives it as it asks."""
-    return type(f"Observed{kind.__name__}", (Observed,), {"declaration": kind.declaration, "serial": kind.serial,
-                                                           "__module__": __name__})
+    own = {"declaration": kind.declaration, "serial": kind.serial, "needs_writer": kind.needs_writer}
+    return type(f"Observed{kind.__name__}", (Observed,), {**own, "__module__": __name__})
 
 
 def observed(system: StreamingSystem, delay_s: float = 0.0, name: str | None = None) -> Observed:

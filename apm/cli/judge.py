@@ -43,9 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"no run directories (with config.json) at or below {', '.join(folders)}")
     done = judge_runs(folders, overrides=overrides, concurrency=ns.concurrency, invalid_retries=ns.invalid_retries,
                       fail_fast=ns.fail_fast, preflight=not ns.no_preflight)
-    print(f"apm-judge ({done.judge}): {done.judged} judged, {done.failed} failed (unjudged: asked again on the "
-          f"next run), {done.cached} already judged, {done.rejected} on record not verifying (judged again), "
-          f"{done.calls} model calls")
+    print(done.summary)
     return 1 if done.failed else 0
 
 

@@ -54,8 +54,10 @@ def _said(args: argparse.Namespace, done: ReduceResult) -> list[str]:
     said = []
     if done.scores is not None:
         said.append(f"apm-reduce: {done.records} records, {done.scores.shape[0]} scores, "
-                    f"{len(done.tables)} table files, {len(done.figures)} figures -> {args.out}")
+                    f"{len({p.stem for p in done.tables})} tables, {len({p.stem for p in done.figures})} figures "
+                    f"-> {args.out}")
     if args.compare:
+        said.append(f"apm-reduce: {done.headline}")
         said.append(f"apm-reduce: paired comparison -> {args.out / 'compare.csv'}")
     return said
 

@@ -11,6 +11,7 @@ import time
 
 from apm.backbones.base import Backbone, Request, Response
 from apm.judge.rubric import CRITERIA
+from apm.records.declaration import Declaration
 
 _REPLY = json.dumps({
     "score": 5,
@@ -22,6 +23,8 @@ _REPLY = json.dumps({
 
 class GateOnlyJudge(Backbone):
     """Replies with the rubric's JSON, score 5, to every request."""
+
+    declaration = Declaration("reference", tag="gate-only reference judge")
 
     def __init__(self, name: str = "Gate-only reference judge (no LLM)", max_frames: int | None = 0):
         self.name = name

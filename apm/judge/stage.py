@@ -41,6 +41,7 @@ from apm.judge.rubric import (
 )
 from apm.live.progress import Progress, Unit, stage_progress
 from apm.records.atomic import read_run_config
+from apm.records.declaration import declared
 from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
 from apm.records.judging import needs_judge, response_digest, signed, verifies
 from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
@@ -103,6 +104,17 @@ class JudgeStats:
     rejected: int = 0
     """Judgement lines on record that did not verify (edited, or of other inputs): redone."""
     by_run: dict[str, int] = field(default_factory=dict)
+
+
+def summary_line(judge: Any, stats: JudgeStats) -> str:
+    """What ``apm-judge`` says it did; the requests of a judge that declares itself a reference (it calls no
+    model: the gate-only judge) are not called model calls."""
+    found = declared(judge)
+    asked = (f"{stats.calls} replies, no model called" if found is not None and found.family == "reference"
+             else f"{stats.calls} model calls")
+    return (f"apm-judge ({judge.name}): {stats.judged} judged, {stats.failed} failed (unjudged: asked again on the "
+            f"next run), {stats.cached} already judged, {stats.rejected} on record not verifying (judged again), "
+            f"{asked}")
 
 
 class JudgeStage:

@@ -9,7 +9,7 @@ from apm.reduce.load import METHOD, RunSet, one_identity, one_release
 from apm.reduce.metrics import COUNTS
 from apm.reduce.names import method_label
 from apm.reduce.scores import Sample, evaluate, task_samples
-from apm.reduce.units import STATS, candidate_units
+from apm.reduce.units import ALL, STATS, candidate_units
 
 Samples = dict[str, Sample]
 
@@ -73,3 +73,17 @@ def compare_runs(a: RunSet, b: RunSet, seed: int = 0, reps: int = 1000) -> pd.Da
                      *bootstrap.percentile_interval(diff), bootstrap.two_sided_p(diff), int(ea.n)))
     return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
 
+
+
+def headline(compared: pd.DataFrame) -> str:
+    """The comparison in one line: Overall of A → B, the paired difference B − A with its 95% interval
+    and p-value, over how many shared candidates; without an Overall (the shared instances miss a
+    capability), how many metrics were compared."""
+    overall = compared[(compared["metric"] == "overall") & (compared["task"] == ALL)]
+    if overall.empty:
+        return f"B − A: no Overall (the shared instances do not cover every capability); {len(compared)} metrics"
+    row = overall.iloc[0]
+    interval = (f", 95% CI [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}], p = {row['p_value']:.3g}"
+                if pd.notna(row["ci_low"]) else " (no replicates: --bootstrap 0)")
+    return (f"B − A: Overall {row['value_a']:.1f} → {row['value_b']:.1f}, {row['diff']:+.1f}{interval}, "
+            f"{int(row['n'])} shared candidates ({row['run_a']} → {row['run_b']})")

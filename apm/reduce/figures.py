@@ -28,7 +28,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from apm.data.tasks import TASKS
 from apm.records.declaration import REPRESENTATIONS
 from apm.reduce.names import heading, human_bytes, memory_name
-from apm.reduce.tables import coverage_gaps, method_rows, paper_simplestream
+from apm.reduce.tables import ISOLATED, coverage_gaps, method_rows, paper_simplestream
 from apm.reduce.units import ALL
 
 DPI = 150
@@ -237,6 +237,8 @@ class FigureSpec:
     paper: str
     caption: str
     draw: Draw
+    needs: str
+    """What a reduction needs for the figure to be drawn (said when it is skipped)."""
 
 
 FIGURES = (
@@ -248,18 +250,21 @@ FIGURES = (
         "a method without isolated records is not drawn. Fast weights (parametric memory) are named in the key, "
         "not added to the bubble (B.4).",
         _from_scores(tradeoff_figure),
+        f"{ISOLATED}, of a general model under raw video, a specialised system or SimpleStream",
     ),
     FigureSpec(
         "figure7_radar", "Figure 7",
         "Scores on all 12 tasks for general video models under video- and text-memory protocols. SimpleStream "
         "is shown in the same figure for comparison. All axes use a 0–100 scale.",
         _from_scores(partial(radar_figure, kind="general")),
+        "task scores of a general video model",
     ),
     FigureSpec(
         "figure8_radar", "Figure 8",
         "Scores on all 12 tasks for specialized streaming-memory methods and SimpleStream. All axes use a "
         "0–100 scale.",
         _from_scores(partial(radar_figure, kind="specialised")),
+        "task scores of a specialised memory system (a class declaring family 'specialised')",
     ),
     FigureSpec(
         "figure_state_size", "State size by representation",
@@ -267,6 +272,7 @@ FIGURES = (
         "disk, mean over the trajectories having that session), coloured by its memory representation: what grows "
         "with the video and what stays bounded (docs/scores.md).",
         state_size_figure,
+        "memory lines of a specialised memory system",
     ),
 )
 

@@ -9,11 +9,14 @@ import pandas as pd
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+    "✓": r"\checkmark{}", "✗": r"$\times$", "–": "--", "−": "$-$", "†": r"$^\dagger$", "‡": r"$^\ddagger$",
+    "×": r"$\times$", "≥": r"$\geq$", "≤": r"$\leq$",
 }
 
 
 def latex_escape(text: str) -> str:
-    """Escape LaTeX's special characters in plain text."""
+    r"""Escape LaTeX's special characters in plain text, and write the symbols the tables use (✓, ✗, –, †, ‡)
+    as LaTeX (``amssymb``'s ``\checkmark``), which pdfLaTeX cannot typeset raw."""
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
 
 
@@ -46,9 +49,11 @@ def markdown(cells: pd.DataFrame, caption: str, headings: Sequence[str] | None =
     return "\n".join(lines) + "\n"
 
 
-def latex(cells: pd.DataFrame, caption: str, label: str, headings: Sequence[str] | None = None) -> str:
-    """A booktabs ``table`` environment; cells are raw LaTeX, index and headers are escaped; with
-    ``headings`` (one per row), an italic heading spanning the table above each block of rows."""
+def latex(cells: pd.DataFrame, caption: str, label: str, headings: Sequence[str] | None = None,
+          source: str = "") -> str:
+    r"""A booktabs ``table`` environment; cells are raw LaTeX, caption, index and headers are escaped; with
+    ``headings`` (one per row), an italic heading spanning the table above each block of rows; ``source``
+    (which table of the paper it is) a comment above it, as ``\caption`` numbers the table itself."""
     spec = "l" + "r" * len(cells.columns)
     header = " & ".join(latex_escape(str(c)) for c in [cells.index.name or "", *cells.columns])
     rows = [
@@ -63,7 +68,8 @@ def latex(cells: pd.DataFrame, caption: str, label: str, headings: Sequence[str]
 
     body = _blocks(rows, headings, heading_rows)
     return "\n".join(
-        [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}",
+        [*([f"% {source}"] if source else []), r"\begin{table}[t]", r"\centering",
+         rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}",
          rf"\begin{{tabular}}{{{spec}}}", r"\toprule", header + r" \\", r"\midrule", *body,
          r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
     )

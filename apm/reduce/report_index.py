@@ -31,6 +31,16 @@ def _entries(out: Path, files: Sequence[Path], specs: Sequence[tuple[str, str, s
     ]
 
 
+def skipped(tables: list[Path], figures: list[Path] | None) -> list[str]:
+    """One line per table, and figure (``figures`` None: none were drawn, so none is named), of the paper's
+    that the reduction did not write: which it is and what it needs."""
+    specs = [(t.name, t.paper, t.needs) for t in TABLES] + [(f.name, f.paper, f.needs) for f in FIGURES]
+    written = {p.stem for p in tables} | {p.stem for p in figures or ()}
+    drawn = {t.name for t in TABLES} | ({f.name for f in FIGURES} if figures is not None else set())
+    return [f"skipped {paper} ({name}): it needs {needs}" for name, paper, needs in specs
+            if name in drawn and name not in written]
+
+
 def write_report_index(out: Path, tables: list[Path], figures: list[Path]) -> Path:
     """Write ``out/README.md`` indexing ``tables`` and ``figures`` (paths below ``out``, as
     :func:`~apm.reduce.tables.write_tables` and :func:`~apm.reduce.figures.write_figures` return

@@ -79,8 +79,13 @@ class Table:
     kinds: frozenset[str] = frozenset()
     by_backbone: bool = False
     headed: bool = False
+    needs: str = "records of the methods it shows"
+    """What a reduction needs for the table to be written (said when it is skipped)."""
 
 
+ISOLATED = ("records timed in isolated mode (apm-run latency.sample=N, as the +experiment presets set, "
+            "or latency_mode=true; docs/records.md, \"Latency\")")
+"""What every latency cell needs."""
 _SPECIALIZED = frozenset({"specialised"})
 _GENERAL = frozenset({"general"})
 _OVERALL = Column("Overall", "overall", ALL)
@@ -125,6 +130,7 @@ TABLES = (
         tuple(Column(t, "decision_ba", t) for t in ADAPTIVE)
         + (Column("P", "decision_positive_rate", "adaptive"), Column("N", "decision_negative_rate", "adaptive"),
            Column("BA", "decision_ba", "adaptive")),
+        needs="adaptive-task records",
     ),
     Table(
         "table7", "Table 7",
@@ -134,6 +140,7 @@ TABLES = (
         tuple(Column(t, "response_quality", t, sup=("gate_pass_balanced", t)) for t in ADAPTIVE)
         + (Column("Average", "response_quality", "adaptive"),
            Column("Judge failures", "judge_failures", "adaptive", integer)),
+        needs="judged adaptive-task records",
     ),
     Table(
         "table8", "Table 8",
@@ -142,6 +149,7 @@ TABLES = (
         "above 1 cannot keep pace with a live 1-FPS video stream. Lower is faster.",
         (Column("RTF", "rtf", ALL),),
         kinds=_SPECIALIZED, headed=True,
+        needs="a specialised memory system (a class declaring family 'specialised') timed in isolated mode",
     ),
     Table(
         "table9", "Table 9",
@@ -150,6 +158,7 @@ TABLES = (
         "causal prefix.",
         _per_setting((Column("Total (s)", "latency_total_s", ALL),), ("raw_video", "text_summary")),
         kinds=_GENERAL, by_backbone=True,
+        needs="a general video model under raw video or text summary, timed in isolated mode",
     ),
     Table(
         "table10", "Table 10",
@@ -161,12 +170,14 @@ TABLES = (
          Column("Fast weights (mean)", "peak_fast_weight_bytes_mean", ALL, human_bytes),
          Column("Fast weights (max)", "peak_fast_weight_bytes_max", ALL, human_bytes)),
         headed=True,
+        needs="memory lines of a method whose later sessions read its state",
     ),
     Table(
         "table11", "Table 11",
         "Unrecoverable output-format failures for specialized memory methods: count, and rate over the "
         "method's evaluated probes. Recoverable formatting errors are excluded.",
         _FAILURES, kinds=_SPECIALIZED, headed=True,
+        needs="a specialised memory system (a class declaring family 'specialised')",
     ),
     Table(
         "table12", "Table 12",
@@ -174,6 +185,7 @@ TABLES = (
         "rate over the probes of each setting. SimpleStream uses only the four most recent frames and is "
         "reported once.",
         _per_setting(_FAILURES, tuple(_SETTINGS)), kinds=_GENERAL | {"baseline"}, by_backbone=True,
+        needs="a general video model or SimpleStream",
     ),
     Table(
         "table13", "Table 13",
@@ -183,12 +195,14 @@ TABLES = (
         (Column("Original Acc.", "ea_original_accuracy", EA), Column("EA Acc.", "ea_accuracy", EA),
          Column("EU Det.", "eu_accuracy", EA), Column("Balanced", "ea_balanced", EA)),
         headed=True,
+        needs="records of the EA set (dataset.include_ea=true)",
     ),
     Table(
         "table_latency", "Latency, all methods",
         "Mean latency of every method (supplements Tables 3, 8 and 9): time to first token, end-to-end time (s), "
         "and offline replay RTF.",
         (Column("TTFT (s)", "ttft_s", ALL), Column("Total (s)", "latency_total_s", ALL), Column("RTF", "rtf", ALL)),
+        needs=ISOLATED,
     ),
     Table(
         "table_format_failures", "Format failures, all methods",
@@ -454,6 +468,24 @@ def judges_by_row(table: Table, scores: pd.DataFrame) -> str:
     return f"Judged by {'; '.join(sorted(parts))}."
 
 
+def latency_gaps(scores: pd.DataFrame, written: list[Path]) -> list[str]:
+    """One line per written table whose latency columns are – for every row (no method has a record timed
+    in isolated mode), saying what they need: the cells are empty for a reason a reader cannot see. (A
+    column of a table by backbone that picks a memory setting no method ran is empty for that reason.)"""
+    stems = {p.stem for p in written}
+    lines = []
+    for table in TABLES:
+        timed = [c.header for c in table.columns if c.metric in LATENCY_METRICS and c.memory is None]
+        if table.name not in stems or not timed:
+            continue
+        values = numeric(table, scores)
+        empty = [h for h in timed if values[h].isna().all()]
+        if empty:
+            verb = "is" if len(empty) == 1 else "are"
+            lines.append(f"{table.paper}: {', '.join(empty)} {verb} – for every method: it needs {ISOLATED}")
+    return lines
+
+
 def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[Path]:
     """Every table as ``<name>.md``, ``.csv`` (numeric) and ``.tex`` under ``out``; skips empty ones.
 
@@ -472,15 +504,17 @@ def write_tables(scores: pd.DataFrame, out: Path, judge_note: str = "") -> list[
         timed = any(c.metric in LATENCY_METRICS for c in table.columns)
         notes = [ERROR_NOTE if marks.to_numpy().any() else "", EMPTY_NOTE if empty is not None and empty.any() else "",
                  coverage_note(table, scores), LATENCY_NOTE if timed else "", judge_note, judges_by_row(table, scores)]
-        caption = " ".join(filter(None, [f"{table.paper}: {table.caption}", *notes]))
+        caption = " ".join(filter(None, [table.caption, *notes]))
+        numbered = table.paper.startswith("Table ")  # LaTeX's \caption numbers it; Markdown names the paper's
         stem = out / table.name
         blocks = list(headings(table, scores).reindex(values.index)) if table.headed else None
         values.to_csv(stem.with_suffix(".csv"))
         stem.with_suffix(".md").write_text(
-            render.markdown(formatted(table, values, False, marks, empty), caption, blocks)
+            render.markdown(formatted(table, values, False, marks, empty), f"{table.paper}: {caption}", blocks)
         )
-        stem.with_suffix(".tex").write_text(
-            render.latex(formatted(table, values, True, marks, empty), caption, f"tab:{table.name}", blocks)
-        )
+        stem.with_suffix(".tex").write_text(render.latex(
+            formatted(table, values, True, marks, empty), caption if numbered else f"{table.paper}: {caption}",
+            f"tab:{table.name}", blocks, f"{table.paper} of the paper" if numbered else "",
+        ))
         written += [stem.with_suffix(s) for s in (".md", ".csv", ".tex")]
     return written

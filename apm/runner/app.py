@@ -46,7 +46,7 @@ from apm.records.jsonl import latest_records
 from apm.records.redact import ENV_NAME, redact_data, register_config_secrets
 from apm.records.rundir import RunDir
 from apm.records.wandb_identity import release_group, run_config
-from apm.runner import latency, ledger, manifest
+from apm.runner import latency, ledger, listing, manifest
 from apm.runner.code import code_identity, code_parts
 from apm.runner.config import (
     SUBSET_KEYS,
@@ -57,11 +57,11 @@ from apm.runner.config import (
     method_identity,
     register,
     run_name,
+    uses_writer,
 )
 from apm.runner.identity import refuse_other_identity, with_models
-from apm.runner.online import OnlineRun, RunStats
+from apm.runner.online import OnlineRun, RunStats, newest_memory_lines
 from apm.runner.preflight import preflight
-from apm.runner.request import describe, prepare_instance, state_dir_of
 from apm.runner.setup import RunSetup, frame_budget
 from apm.runner.shard_lock import holding_shard
 from apm.runner.shards import shard_trajectories
@@ -300,7 +300,11 @@ def build_setup(cfg: DictConfig, hydra: DictConfig | None = None) -> tuple[RunSe
     release = load_checked_release(cfg.dataset.root)
     protocol = _instantiate(cfg.memory)
     backbone = as_backbone(_instantiate(cfg.backbone))
-    writer = as_backbone(_instantiate(cfg.writer)) if cfg.writer is not None else backbone
+    writes = cfg.writer is not None and uses_writer(cfg)
+    if cfg.writer is not None and not writes:
+        print(f"apm-run: note: writer: {protocol.name} writes no text memory (its class does not declare "
+              "needs_writer), so the writer is not started and is no part of the method", file=sys.stderr)
+    writer = as_backbone(_instantiate(cfg.writer)) if writes else backbone
     run_dir = run_dir_of(cfg)
     shard_label = f"shard-{cfg.shard.index}-of-{cfg.shard.count}"
     code = code_parts(cfg)
@@ -313,7 +317,7 @@ def build_setup(cfg: DictConfig, hydra: DictConfig | None = None) -> tuple[RunSe
         run_info={"dataset": cfg.dataset.name, "memory": protocol.name, "backbone": backbone.name,
                   "config_hash": config_hash(cfg), "release_fingerprint": release_fingerprint(cfg.dataset.root),
                   "code": code_identity(code), **method_identity(cfg, hydra),
-                  **run_declarations(protocol, backbone, writer if cfg.writer is not None else None)},
+                  **run_declarations(protocol, backbone, writer if writes else None)},
         protocol=protocol,
         backbone=backbone,
         writer=writer,
@@ -346,27 +350,36 @@ async def run_async(cfg: DictConfig, strict: bool = False, hydra: DictConfig | N
     async with _started(setup.backbone), _started(setup.writer if setup.writer is not setup.backbone else None):
         await preflight(setup, plan.run_trajectories, plan.run_instances, check=cfg.preflight,
                         warm_up=cfg.latency_mode)
-        stats, tally = await _recorded_run(cfg, setup, plan)
-    print(closing_line(setup, stats, plan))
-    on_record = latest_records(RunDir(setup.run_dir).records)
-    print(score_summary([on_record[i.key] for i in plan.run_instances if i.key in on_record],
-                        " ".join(plan.subset)))
+        stats = await _recorded_run(cfg, setup, plan)
+    shown, memory = on_record(setup, plan)
+    print(closing_line(setup, stats, plan, shown, memory))
+    print(score_summary(shown, " ".join(plan.subset)))
     check_causal_run(stats.refused)
-    if strict:
-        check_answered(tally.new, tally.errors, tally.first_error)
     if cfg.judge is not None:
         await judge_inline(cfg, setup, {i.key for i in plan.run_instances})
+    if strict:
+        check_answered(shown, memory, setup.backbone.answers_from_annotations)
     return stats
 
 
-async def _recorded_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tuple[RunStats, _Tally]:
+def on_record(setup: RunSetup, plan: ShardPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What the job's selection has on record once it ends: the newest record of each of its instances,
+    and the newest memory line of each session of its trajectories (what its summaries and exit count)."""
+    run = RunDir(setup.run_dir)
+    records = latest_records(run.records)
+    trajectories = {t.trajectory_id for t in plan.run_trajectories}
+    memory = [m for (t, _), m in sorted(newest_memory_lines(run.memory).items()) if t in trajectories]
+    return [records[i.key] for i in plan.run_instances if i.key in records], memory
+
+
+async def _recorded_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> RunStats:
     """The run with what it leaves: config, manifest, plan and ledger events, records, the W&B run —
     all under the shard's lock, so a second job on the shard leaves no trace (docs/scale.md)."""
     with holding_shard(setup):
         return await _locked_run(cfg, setup, plan)
 
 
-async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tuple[RunStats, _Tally]:
+async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> RunStats:
     if plan.subset:  # loud, as lm-eval's --limit, once every check has passed
         print(f"apm-run: warning: {' '.join(plan.subset)}: this job runs {len(plan.run_instances)} of "
               f"{setup.shard_label}'s {len(plan.instances)} instances; its scores are not the benchmark's "
@@ -392,7 +405,7 @@ async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> tupl
         manifest.job_ended(job_manifest, started, sys.exc_info()[1])
         if sink is not None:
             sink.close(_summary(stats))
-    return stats, tally
+    return stats
 
 
 async def _time_sample(cfg: DictConfig, setup: RunSetup, plan: ShardPlan, tally: _Tally) -> None:
@@ -407,18 +420,14 @@ async def _time_sample(cfg: DictConfig, setup: RunSetup, plan: ShardPlan, tally:
 
 
 class _Tally:
-    """Hands each record on (to the W&B sink) and counts this job's records and failed instances."""
+    """Hands each record on (to the W&B sink) and counts this job's failed instances (for its progress)."""
 
     def __init__(self, sink: Any) -> None:
         self.sink = sink
-        self.new = self.errors = 0
-        self.first_error: str | None = None
+        self.errors = 0
 
     def __call__(self, record: dict[str, Any]) -> None:
-        self.new += 1
-        if record["error"] is not None:
-            self.errors += 1
-            self.first_error = self.first_error or record["error"]
+        self.errors += record["error"] is not None
         if self.sink is not None:
             self.sink(record)
 
@@ -468,7 +477,8 @@ class _started:
 def _summary(stats: RunStats | None) -> dict[str, Any]:
     if stats is None:
         return {"status": "crashed"}
-    return {"status": "finished", "instances": stats.total, "new": stats.new, "errors": stats.errors}
+    return {"status": "finished", "instances": stats.total, "new": stats.new, "errors": stats.errors,
+            "failed_updates": stats.failed_updates}
 
 
 def _wandb_sink(cfg: DictConfig, setup: RunSetup):
@@ -486,20 +496,27 @@ def _wandb_sink(cfg: DictConfig, setup: RunSetup):
     )
 
 
-def closing_line(setup: RunSetup, stats: RunStats, plan: ShardPlan) -> str:
+def closing_line(setup: RunSetup, stats: RunStats, plan: ShardPlan, records: list[dict[str, Any]],
+                 memory: list[dict[str, Any]]) -> str:
+    """The job in one line: its instances (skipped, new, and those on record with an error: the score
+    screen's errors), its memory updates and how many of the sessions' lines on record failed, its time."""
     import time
 
     took = time.perf_counter() - stats.started
     subset = " ".join(plan.subset)
     part = f" (a subset, {subset}: {len(plan.run_instances)} of the shard's {len(plan.instances)})" if subset else ""
+    errored = sum(r.get("error") is not None for r in records)
+    failed = sum(m.get("error") is not None for m in memory)
+    updates = f" ({failed} of the {len(memory)} on record failed)" if failed else ""
     return (f"apm-run: {setup.run_dir} · {setup.shard_label}: {stats.total} instances{part} "
-            f"({stats.skipped} already on record, {stats.new} new, {stats.errors} errors), "
-            f"{stats.sessions_updated} memory updates, {took:.1f} s")
+            f"({stats.skipped} already on record, {stats.new} new, {errored} with an error), "
+            f"{stats.sessions_updated} memory updates{updates}, {took:.1f} s")
 
 
 def request_listing(cfg: DictConfig) -> str:
     """``print_request=KEY``: that instance's request exactly as the run would send it (frames chosen for
-    its context, the memory on disk now), without starting an engine or writing anything."""
+    its context, the memory the run would show it: :mod:`apm.runner.listing`), without starting an engine
+    or writing anything."""
     setup, plan = build_setup(cfg)
     inst = next((i for i in plan.instances if i.key == cfg.print_request), None)
     if inst is None:
@@ -507,8 +524,7 @@ def request_listing(cfg: DictConfig) -> str:
         raise ConfigError(f"print_request={cfg.print_request!r}: no such instance in {setup.shard_label} "
                           f"(keys are trajectory_id/candidate_id/probe_id, e.g. {example})")
     traj = next(t for t in plan.trajectories if t.trajectory_id == inst.trajectory_id)
-    prepared, budget = prepare_instance(setup, traj, inst, state_dir_of(setup, traj))
-    return describe(setup, prepared, budget)
+    return listing.request_listing(setup, traj, inst)
 
 
 def discard_fresh_job_folder(cfg: DictConfig) -> None:

@@ -199,3 +199,10 @@ def what_changed(before: dict[str, Any] | None, now: dict[str, Any]) -> str:
     said += [f"package {p} {old_packages.get(p)} → {new_packages.get(p)}"
              for p in sorted(set(old_packages) | set(new_packages)) if old_packages.get(p) != new_packages.get(p)]
     return ", ".join(f"{s} changed" for s in said) or "the records name other code than config.json"
+
+
+def version_line(prog: str) -> str:
+    """What every command's ``--version`` prints: apm's version and the identity of its answer-path code
+    (the ``run.code`` of a run whose classes are all apm's own), ``apm-run (apm 0.1.0, code 3f2a…)``."""
+    parts = {"apm": apm_code(), "modules": {}}
+    return f"{prog} (apm {parts['apm']['version']}, code {code_identity(parts)})"

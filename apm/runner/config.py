@@ -181,11 +181,31 @@ SETTING_KEYS = ("frames", "generation")
 the method's label too (``frames.layout=session_stable``); ``frames.cache_dir`` is no setting."""
 
 
+def uses_writer(cfg: DictConfig) -> bool:
+    """Whether the run's method writes with the ``writer``: what its class declares (``needs_writer`` of
+    :class:`~apm.memory.base.MemoryProtocol` and :class:`~apm.streaming.base.StreamingSystem`); a class
+    that declares nothing, or a target that does not import (refused by :func:`check_arguments`), is
+    taken to use it."""
+    memory = _plain(cfg.get("memory"))
+    target = memory.get("_target_") if isinstance(memory, dict) else None
+    try:
+        return bool(getattr(_locate(target), "needs_writer", True)) if isinstance(target, str) else True
+    except (ImportError, AttributeError):
+        return True
+
+
+def used_keys(cfg: DictConfig) -> tuple[str, ...]:
+    """The :data:`IDENTITY_KEYS` the run's method uses: all but ``writer`` for a method that writes no
+    text memory (:func:`uses_writer`), so a writer swept over every method names only those that write."""
+    return tuple(k for k in IDENTITY_KEYS if k != "writer" or uses_writer(cfg))
+
+
 def config_hash(cfg: DictConfig) -> str:
     """Hash of the identity part of the resolved config: the release by its content fingerprint (not
-    the path typed to reach it), ``frames.cache_dir``, the default ``frames.layout`` and engines'
-    transport settings excluded."""
-    ident = {k: _identity(k, _plain(cfg.get(k))) for k in IDENTITY_KEYS}
+    the path typed to reach it), ``frames.cache_dir``, the default ``frames.layout``, engines'
+    transport settings and a writer the method does not use (:func:`used_keys`) excluded."""
+    used = used_keys(cfg)
+    ident: dict[str, Any] = {k: _identity(k, _plain(cfg.get(k))) if k in used else None for k in IDENTITY_KEYS}
     ident["frames"] = {k: v for k, v in (ident["frames"] or {}).items()
                        if (k, v) != ("layout", FrameLayout.uniform)}  # hashes from before layouts
     dataset = ident["dataset"]
@@ -197,18 +217,21 @@ def config_hash(cfg: DictConfig) -> str:
 def method_identity(cfg: DictConfig, hydra: DictConfig | None) -> dict[str, Any]:
     """``choices`` (each group's option name) and ``overrides`` (``{"memory.recent_frames": 8}``: the
     memory, backbone and writer settings that differ from their chosen option's YAML, transport
-    settings excluded), so a method is named by its config. ``hydra``: Hydra's own node of the composed
-    config (the app's ``HydraConfig``, or ``compose(..., return_hydra_config=True).hydra``), read with
-    Hydra initialized; None (a config not composed by Hydra): both unknown (None)."""
+    settings excluded), so a method is named by its config; a writer it does not use (:func:`used_keys`)
+    is in neither. ``hydra``: Hydra's own node of the composed config (the app's ``HydraConfig``, or
+    ``compose(..., return_hydra_config=True).hydra``), read with Hydra initialized; None (a config not
+    composed by Hydra): both unknown (None)."""
     if hydra is None or not GlobalHydra.instance().is_initialized():
         return {"choices": dict.fromkeys(GROUPS), "overrides": None}
-    choices = {key: hydra.runtime.choices.get(group) for key, group in GROUPS.items()}
+    unused = set(IDENTITY_KEYS) - set(used_keys(cfg))
+    choices = {key: None if key in unused else hydra.runtime.choices.get(group) for key, group in GROUPS.items()}
+    variants = tuple(k for k in VARIANT_KEYS if k not in unused)
     defaults = compose(hydra.job.config_name, overrides=_group_picks(choices, list(hydra.searchpath)))
-    required = {p for key in VARIANT_KEYS for p in _missing(defaults.get(key), key)}
+    required = {p for key in variants for p in _missing(defaults.get(key), key)}
     for path in required:  # a mandatory value (``???``) has no default: the run's value is a setting of its own
         OmegaConf.update(defaults, path, OmegaConf.select(cfg, path), force_add=True)
     overrides: dict[str, Any] = {}
-    for key in VARIANT_KEYS + SETTING_KEYS:
+    for key in variants + SETTING_KEYS:
         mine = _flat(key, _identity(key, _plain(cfg.get(key))))
         base = _flat(key, _identity(key, _plain(defaults.get(key)) if choices.get(key, key) else None))
         overrides |= {k: v for k, v in mine.items() if k not in base or base[k] != v or k in required}

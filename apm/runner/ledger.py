@@ -85,7 +85,7 @@ def job_ended(run_dir: Path, shard: str, stats: Any, error: BaseException | None
     """An ``ended`` event: ``finished`` with the run's counts, or ``interrupted`` with why."""
     if stats is not None and error is None:
         append_event(run_dir, shard, "ended", job_id=scheduler_job_id(), status="finished",
-                     new=stats.new, errors=stats.errors)
+                     new=stats.new, errors=stats.errors, failed_updates=stats.failed_updates)
     else:
         append_event(run_dir, shard, "ended", job_id=scheduler_job_id(), status="interrupted",
                      error=f"{type(error).__name__}: {error}" if error else None)

@@ -68,7 +68,10 @@ class RunStats:
     skipped: int = 0
     new: int = 0
     errors: int = 0
+    """New records with an error."""
     sessions_updated: int = 0
+    failed_updates: int = 0
+    """Memory updates of this run that failed (their lines carry the error)."""
     refused: list[str] = field(default_factory=list)
     """Why each instance refused for causality was refused (its record's error says it too)."""
     started: float = field(default_factory=time.perf_counter)
@@ -253,7 +256,7 @@ class OnlineRun:
         s = self.setup
         state = await asyncio.to_thread(state_manifest, state_dir)
         error = facts.pop("error", None)
-        self.stats.errors += error is not None
+        self.stats.failed_updates += error is not None
         line = self._memory.append({
             "run": s.run_info,
             "trajectory_id": traj.trajectory_id,
@@ -452,7 +455,8 @@ class StreamReplay(SessionReplay):
         updates = streaming.UpdateClock()
         channel = streaming.reference_channel(s, todo)
         seed = session_seed(traj, session, s.settings.seed)
-        await system.begin(SessionContext(traj, session, state_dir, channel, s.writer, seed))
+        writer = s.writer if system.needs_writer else None
+        await system.begin(SessionContext(traj, session, state_dir, channel, writer, seed))
         for at, event in events:
             while probes and probes[0].probe_time < at:
                 await self.answer_probe(system, traj, probes.pop(0), updates, shown, unseen)

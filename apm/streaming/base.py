@@ -78,7 +78,8 @@ class SessionContext:
     backbone: Any
     """The run's backbone: a system without a model of its own answers through it."""
     writer: Any
-    """The run's writer backbone (the backbone itself unless ``writer=`` is set): text it keeps in memory."""
+    """The run's writer backbone (the backbone itself unless ``writer=`` is set): text it keeps in memory;
+    ``None`` for a system that does not declare ``needs_writer``."""
     seed: int = 0
     """The session's seed (:func:`session_seed`): anything random the system does in the session draws from it."""
 
@@ -123,6 +124,9 @@ class StreamingSystem(abc.ABC):
     streaming input (Table 3), so latency runs from the last required update to the first token;
     False: it processes the causal prefix when asked, and latency covers that processing.
     ``persistent`` (whether later sessions read its exported state) is the subclass's to declare."""
+    needs_writer: ClassVar[bool] = False
+    """Whether the system asks the run's writer backbone for text it keeps (``SessionContext.writer``;
+    ``None`` otherwise): only then is the writer part of the method (its label and config hash)."""
     serial: ClassVar[bool] = False
     """False: each trajectory replays through its own copy of the system as configured (``copy.deepcopy``
     before anything is observed), up to the run's ``concurrency`` trajectories at once. True: the run
