@@ -155,20 +155,16 @@ def test_without_a_hydra_app_choices_and_overrides_are_unknown(tiny, tmp_path):
 
 def _identity(root: Path, *overrides: str) -> tuple[str, dict]:
     """The config hash and the method identity (choices, overrides) of a config, as ``apm-run`` computes them."""
-    from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
     from apm.runner.config import method_identity
 
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         cfg = compose("config", overrides=[f"dataset.root={root}", *overrides], return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
+        hydra = cfg.hydra
         with open_dict(cfg):
             del cfg["hydra"]
-        try:
-            return config_hash(cfg), method_identity(cfg)
-        finally:
-            HydraConfig.instance().cfg = None
+        return config_hash(cfg), method_identity(cfg, hydra)
 
 
 @pytest.mark.parametrize("memory", ["none", "raw_video", "kv_cache"])
