@@ -27,11 +27,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import Response, ask
+from apm.backbones.base import Request, Response, ask
 from apm.backbones.fail_fast import FailFast
 from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn, candidate_instances, instance_view
@@ -47,6 +46,7 @@ from apm.runner.record import NO_MEMORY, make_record
 from apm.runner.request import prepare_instance, state_dir_of
 from apm.runner.setup import RunSetup, frame_budget
 from apm.runner.shard_lock import holding_shard
+from apm.runner.slots import SLOT_WAIT, Slots, SlottedBackbone
 from apm.streaming.base import (
     Answer,
     Probe,
@@ -153,6 +153,12 @@ def restore_state(state_dir: Path, states: list[StateManifest]) -> int:
     return kept
 
 
+def longest_first(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The order trajectories start in and their requests are served: the most video first (ties in the
+    given order), so no long replay is left running alone at the end of a run."""
+    return sorted(trajectories, key=lambda t: -sum(x.duration for x in t.sessions))
+
+
 class OnlineRun:
     """One run of the online protocol; ``await OnlineRun(setup).run(trajectories, instances)``. What a
     method's session replay uses of it is public: ``setup``, ``stats``, ``slots`` (the instance slots),
@@ -163,8 +169,10 @@ class OnlineRun:
         self.on_record = on_record or (lambda rec: None)
         self.progress = progress
         self.stats = RunStats()
-        self.slots = asyncio.Semaphore(setup.concurrency)
+        self.slots = Slots(setup.concurrency)
         """The ``concurrency`` slots every request (and, in latency mode, every update) takes one of."""
+        self.priority: dict[str, int] = {}
+        """Each trajectory's rank in :func:`longest_first`: its requests' priority for a slot."""
         self.in_flight = 0
         """Requests in flight now (recorded with each request: ``latency.in_flight``)."""
         self._fail_fast = FailFast(setup.fail_fast, setup.backbone.advice)
@@ -192,6 +200,8 @@ class OnlineRun:
         self._records = JsonlAppender(run.records_file(s.shard_label))
         self._memory = JsonlAppender(run.memory_file(s.shard_label))
         await _prebuild(s.cache, trajectories)
+        trajectories = longest_first(trajectories)
+        self.priority = {t.trajectory_id: rank for rank, t in enumerate(trajectories)}
         tasks = [asyncio.ensure_future(self.trajectory(t, by_session, on_record, memory_done)) for t in trajectories]
         try:
             await asyncio.gather(*tasks)
@@ -379,12 +389,21 @@ class ProtocolReplay(SessionReplay):
         run.keep(make_record(s, inst, traj, prepared, response, prep_s, shown, in_flight), response)
 
 
+REPLAYS_PER_SLOT = 2
+"""Trajectories replaying at once per request slot, for a system that replays ``through_backbone``: more
+than one, so the slots stay busy while some replays observe frames between their requests; bounded, as a
+replay holds its session's frames."""
+
+
 class StreamReplay(SessionReplay):
     """A streaming system (``apm.runner.streaming``): each session is begun from the state exported
     before it, fed its frames and turns in wall-clock order with each probe answered at its time, and
-    exported. A trajectory replays holding one of the run's slots, through its own copy of the system
-    (which keeps in-session state on itself), so up to ``concurrency`` trajectories replay at once; a
-    system that declares ``serial`` is the run's one object, one trajectory at a time. Every restricted
+    exported. A trajectory replays through its own copy of the system (which keeps in-session state on
+    itself). A system that declares ``through_backbone`` replays up to :data:`REPLAYS_PER_SLOT` ×
+    ``concurrency`` trajectories at once, each of its requests taking a slot by the trajectory's priority
+    (:func:`longest_first`), and the stream goes on once a probe's request is composed; any other holds
+    one slot per trajectory for its whole replay (``concurrency`` trajectories at once), and a system that
+    declares ``serial`` is the run's one object, one trajectory at a time. Every restricted
     (EA) instance is answered apart, by a fresh copy of the system fed only its visible sessions
     (docs/streaming-systems.md, "Restricted instances (EA)").
 
@@ -399,12 +418,17 @@ class StreamReplay(SessionReplay):
         """Held while a trajectory replays through a ``serial`` system (one object, one session at a time)."""
         self.systems: dict[str, StreamingSystem] = {}
         """The system each trajectory replaying now goes through."""
+        self.overlapping = system.through_backbone and not system.serial
+        """Whether replays hold no slot between requests and probes overlap the stream (``through_backbone``)."""
+        self.replays = asyncio.Semaphore(REPLAYS_PER_SLOT * run.setup.concurrency)
 
     @asynccontextmanager
     async def replaying(self, traj: Trajectory) -> AsyncIterator[None]:
-        """Hold a slot while the trajectory replays, through its own copy of the system as configured (a
-        ``serial`` system: the run's one object, holding it alone)."""
-        async with self.serial if self.system.serial else nullcontext(), self.run.slots:
+        """Hold a place while the trajectory replays (:attr:`overlapping`: one of :attr:`replays`; else one
+        of the run's slots), through its own copy of the system as configured (a ``serial`` system: the
+        run's one object, holding it alone)."""
+        held = self.replays if self.overlapping else self.run.slots
+        async with self.serial if self.system.serial else nullcontext(), held:
             system = self.systems[traj.trajectory_id] = (self.system if self.system.serial
                                                          else self.run.setup.fresh_system())
             try:
@@ -442,6 +466,10 @@ class StreamReplay(SessionReplay):
         """Begin ``session`` from ``state_dir``, observe its frames and turns and answer ``todo`` in time
         order; the session's updates (``observe_s``)."""
         s = self.run.setup
+        channel, writer = streaming.reference_channel(s, todo), s.writer
+        if self.overlapping:
+            rank = self.run.priority[traj.trajectory_id]
+            channel, writer = (SlottedBackbone(b, self.run.slots, rank) for b in (channel, writer))
         try:
             frames, unseen = await asyncio.to_thread(session_frames, s.cache, session, streaming.EVERY_FRAME), None
         except VideoDecodeError as e:  # streamed without its video: its probes record why, the trajectory goes on
@@ -449,32 +477,65 @@ class StreamReplay(SessionReplay):
         events = streaming.stream_events(session, frames, session_interactions(s.release, traj, session))
         probes = sorted(todo, key=lambda i: (i.probe_time, i.key))
         updates = streaming.UpdateClock()
-        channel = streaming.reference_channel(s, todo)
         seed = session_seed(traj, session, s.settings.seed)
-        await system.begin(SessionContext(traj, session, state_dir, channel, s.writer, seed))
-        for at, event in events:
-            while probes and probes[0].probe_time < at:
-                await self.answer_probe(system, traj, probes.pop(0), updates, shown, unseen)
-            observed = system.observe_frame(event) if isinstance(event, Frame) else system.observe_turn(event)
-            await updates.timed(observed, at)
-        for inst in probes:
-            await self.answer_probe(system, traj, inst, updates, shown, unseen)
+        await system.begin(SessionContext(traj, session, state_dir, channel, writer, seed))
+        answering: list[asyncio.Future[None]] = []
+        try:
+            for at, event in events:
+                while probes and probes[0].probe_time < at:
+                    await self.answer_probe(system, traj, probes.pop(0), updates, shown, unseen, answering)
+                observed = system.observe_frame(event) if isinstance(event, Frame) else system.observe_turn(event)
+                await updates.timed(observed, at)
+            for inst in probes:
+                await self.answer_probe(system, traj, inst, updates, shown, unseen, answering)
+            await asyncio.gather(*answering)  # the session's answers end before its state is exported
+        finally:
+            for task in answering:
+                task.cancel()
+            await asyncio.gather(*answering, return_exceptions=True)
         return updates
 
     async def answer_probe(self, system: StreamingSystem, traj: Trajectory, inst: Instance,
-                           updates: streaming.UpdateClock, shown: dict[str, Any], unseen: str | None) -> None:
-        """Ask the system one instance (as :func:`apm.data.instances.instance_view`: no annotations) from
-        its current state and keep the record (``unseen``: why the session's video could not be
-        streamed; the instance records it without being asked)."""
+                           updates: streaming.UpdateClock, shown: dict[str, Any], unseen: str | None,
+                           answering: list[asyncio.Future[None]]) -> None:
+        """Ask the system one instance from its current state and keep the record (:meth:`answer`). An
+        :attr:`overlapping` system is awaited only until it has composed its request (its answer reads
+        nothing of its state after that); the rest of the answer goes on in ``answering`` as the stream does."""
+        at_probe = replace(updates)  # the updates as of the probe, whatever the stream does meanwhile
+        if not self.overlapping:
+            await self.answer(system, traj, inst, at_probe, shown, unseen, asyncio.Event())
+            return
+        composed = asyncio.Event()
+        answered = asyncio.ensure_future(self.answer(system, traj, inst, at_probe, shown, unseen, composed))
+        answering.append(answered)
+        waiting = asyncio.ensure_future(composed.wait())
+        await asyncio.wait((answered, waiting), return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+
+    async def answer(self, system: StreamingSystem, traj: Trajectory, inst: Instance,
+                     updates: streaming.UpdateClock, shown: dict[str, Any], unseen: str | None,
+                     composed: asyncio.Event) -> None:
+        """Ask the system one instance (as :func:`apm.data.instances.instance_view`: no annotations), set
+        ``composed`` once its request is composed, and keep the record (``unseen``: why the session's video
+        could not be streamed; the instance records it without being asked). The record's wall time
+        leaves out the requests' waits for a slot."""
         run, s = self.run, self.run.setup
         began = time.perf_counter()
+        waited: list[float] = []
+        noting = SLOT_WAIT.set(waited)
         in_flight = 0
         if unseen is not None:
             answer = Answer(Response(error=unseen, attempts=0))
         else:
             with run.sending() as in_flight:
                 refusals: list[CausalityError] = []
-                compose = partial(streaming.compose_request, s, traj, inst, refusals)
+
+                def compose(history: History, frames: tuple[Frame, ...]) -> Request:
+                    try:
+                        return streaming.compose_request(s, traj, inst, refusals, history, frames)
+                    finally:
+                        composed.set()
+
                 try:
                     probe = Probe(instance_view(inst, s.seal), traj, compose)
                     answer = await streaming.ask(system, probe)
@@ -484,7 +545,8 @@ class StreamReplay(SessionReplay):
                         raise refusals[0]
                 except CausalityError as e:  # refused: an error on its record, and the run exits non-zero
                     answer = Answer(run.refuse(refusals[0] if refusals else e))  # the key's words, not the id's
-        wall = time.perf_counter() - began
+        SLOT_WAIT.reset(noting)
+        wall = time.perf_counter() - began - sum(waited)
         run.keep(streaming.streaming_record(s, inst, traj, answer, wall, updates, shown, in_flight), answer.response)
 
     async def answer_held_back(self, traj: Trajectory, instances: list[Instance], on_record: OnRecordByKey) -> None:

@@ -129,6 +129,14 @@ class StreamingSystem(abc.ABC):
     drives every session through its one object, one trajectory at a time (a system holding what it
     cannot copy or share, such as a model it loaded itself)."""
 
+    through_backbone: ClassVar[bool] = False
+    """True: the system reaches models only through the run's backbone and writer (``SessionContext``), and
+    its ``answer`` reads its state only until it composes its request (``Probe.request``), then sends it.
+    The run then lets its replays hold no slot between requests (each request takes one) and goes on with
+    the stream while a composed probe is in flight (docs/streaming-systems.md, "What the runner does per
+    session"). False: a trajectory holds one slot for its whole replay and each answer ends before the
+    stream goes on."""
+
     def __init__(self, name: str | None = None):
         if name:
             self.name = name

@@ -81,6 +81,7 @@ class EventMemory(StreamingSystem):
     name = "Event Memory"
     declaration = Declaration("specialised", streaming=True, persistent=True, tag="reference system",
                               representation="event_tree")
+    through_backbone = True
 
     def __init__(self, cut: float = 4.0, min_event_s: int = 4, max_event_s: int = 60, margin: float = 0.1,
                  describe_frames: int = 4, max_tokens: int = 48, top_k: int = 3, recent_frames: int = 4,

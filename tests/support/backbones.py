@@ -33,11 +33,15 @@ class Overlapping(RandomBaseline):
 
     IN_FLIGHT: ClassVar[Counter[str]] = spy_log(Counter())
     PEAK: ClassVar[dict[str, int]] = spy_log({})
+    ORDER: ClassVar[list[str]] = spy_log([])
+    """The trajectory of each request, in the order they were sent."""
 
     async def answer_instance(self, request, instance):
         flying = Overlapping.IN_FLIGHT
         flying[instance.trajectory_id] += 1
+        Overlapping.ORDER.append(instance.trajectory_id)
         Overlapping.PEAK["trajectories"] = max(Overlapping.PEAK.get("trajectories", 0), len(+flying))
+        Overlapping.PEAK["of_one"] = max(Overlapping.PEAK.get("of_one", 0), flying[instance.trajectory_id])
         try:
             await asyncio.sleep(0.05)
         finally:
