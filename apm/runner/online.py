@@ -401,7 +401,7 @@ class StreamReplay(SessionReplay):
     exported. A trajectory replays through its own copy of the system (which keeps in-session state on
     itself). A system that declares ``through_backbone`` replays up to :data:`REPLAYS_PER_SLOT` ×
     ``concurrency`` trajectories at once, each of its requests taking a slot by the trajectory's priority
-    (:func:`longest_first`), and the stream goes on once a probe's request is composed; any other holds
+    (:func:`longest_first`), and the stream goes on once a probe has read the state it shows; any other holds
     one slot per trajectory for its whole replay (``concurrency`` trajectories at once), and a system that
     declares ``serial`` is the run's one object, one trajectory at a time. Every restricted
     (EA) instance is answered apart, by a fresh copy of the system fed only its visible sessions
@@ -421,6 +421,8 @@ class StreamReplay(SessionReplay):
         self.overlapping = system.through_backbone and not system.serial
         """Whether replays hold no slot between requests and probes overlap the stream (``through_backbone``)."""
         self.replays = asyncio.Semaphore(REPLAYS_PER_SLOT * run.setup.concurrency)
+        self.answering: dict[str, list[asyncio.Future[None]]] = {}
+        """The answers each replaying trajectory has in flight (:meth:`answer_probe`)."""
 
     @asynccontextmanager
     async def replaying(self, traj: Trajectory) -> AsyncIterator[None]:
@@ -431,10 +433,15 @@ class StreamReplay(SessionReplay):
         async with self.serial if self.system.serial else nullcontext(), held:
             system = self.systems[traj.trajectory_id] = (self.system if self.system.serial
                                                          else self.run.setup.fresh_system())
+            answering = self.answering[traj.trajectory_id] = []
             try:
                 yield
+                await asyncio.gather(*answering)  # the trajectory's answers end with its replay
             finally:
-                del self.systems[traj.trajectory_id]
+                for task in answering:  # a replay that stopped leaves no answer running
+                    task.cancel()
+                await asyncio.gather(*answering, return_exceptions=True)
+                del self.systems[traj.trajectory_id], self.answering[traj.trajectory_id]
                 if system is not self.system:
                     await system.close()
 
@@ -479,44 +486,41 @@ class StreamReplay(SessionReplay):
         updates = streaming.UpdateClock()
         seed = session_seed(traj, session, s.settings.seed)
         await system.begin(SessionContext(traj, session, state_dir, channel, writer, seed))
-        answering: list[asyncio.Future[None]] = []
-        try:
-            for at, event in events:
-                while probes and probes[0].probe_time < at:
-                    await self.answer_probe(system, traj, probes.pop(0), updates, shown, unseen, answering)
-                observed = system.observe_frame(event) if isinstance(event, Frame) else system.observe_turn(event)
-                await updates.timed(observed, at)
-            for inst in probes:
-                await self.answer_probe(system, traj, inst, updates, shown, unseen, answering)
-            await asyncio.gather(*answering)  # the session's answers end before its state is exported
-        finally:
-            for task in answering:
-                task.cancel()
-            await asyncio.gather(*answering, return_exceptions=True)
+        for at, event in events:
+            while probes and probes[0].probe_time < at:
+                await self.answer_probe(system, traj, probes.pop(0), updates, shown, unseen)
+            observed = system.observe_frame(event) if isinstance(event, Frame) else system.observe_turn(event)
+            await updates.timed(observed, at)
+        for inst in probes:
+            await self.answer_probe(system, traj, inst, updates, shown, unseen)
         return updates
 
     async def answer_probe(self, system: StreamingSystem, traj: Trajectory, inst: Instance,
-                           updates: streaming.UpdateClock, shown: dict[str, Any], unseen: str | None,
-                           answering: list[asyncio.Future[None]]) -> None:
+                           updates: streaming.UpdateClock, shown: dict[str, Any], unseen: str | None) -> None:
         """Ask the system one instance from its current state and keep the record (:meth:`answer`). An
-        :attr:`overlapping` system is awaited only until it has composed its request (its answer reads
-        nothing of its state after that); the rest of the answer goes on in ``answering`` as the stream does."""
+        :attr:`overlapping` system is awaited only until it has read its state (``Probe.state_read``, or
+        composing its request); the rest of the answer goes on as the stream does, in :attr:`answering`
+        until the replay ends (an answer that failed, such as a fail-fast stop, is raised at the next probe)."""
         at_probe = replace(updates)  # the updates as of the probe, whatever the stream does meanwhile
         if not self.overlapping:
             await self.answer(system, traj, inst, at_probe, shown, unseen, asyncio.Event())
             return
-        composed = asyncio.Event()
-        answered = asyncio.ensure_future(self.answer(system, traj, inst, at_probe, shown, unseen, composed))
+        answering = self.answering[traj.trajectory_id]
+        for done in [task for task in answering if task.done()]:
+            answering.remove(done)
+            done.result()
+        state_read = asyncio.Event()
+        answered = asyncio.ensure_future(self.answer(system, traj, inst, at_probe, shown, unseen, state_read))
         answering.append(answered)
-        waiting = asyncio.ensure_future(composed.wait())
+        waiting = asyncio.ensure_future(state_read.wait())
         await asyncio.wait((answered, waiting), return_when=asyncio.FIRST_COMPLETED)
         waiting.cancel()
 
     async def answer(self, system: StreamingSystem, traj: Trajectory, inst: Instance,
                      updates: streaming.UpdateClock, shown: dict[str, Any], unseen: str | None,
-                     composed: asyncio.Event) -> None:
+                     state_read: asyncio.Event) -> None:
         """Ask the system one instance (as :func:`apm.data.instances.instance_view`: no annotations), set
-        ``composed`` once its request is composed, and keep the record (``unseen``: why the session's video
+        ``state_read`` once it has read its state, and keep the record (``unseen``: why the session's video
         could not be streamed; the instance records it without being asked). The record's wall time
         leaves out the requests' waits for a slot."""
         run, s = self.run, self.run.setup
@@ -534,10 +538,10 @@ class StreamReplay(SessionReplay):
                     try:
                         return streaming.compose_request(s, traj, inst, refusals, history, frames)
                     finally:
-                        composed.set()
+                        state_read.set()
 
                 try:
-                    probe = Probe(instance_view(inst, s.seal), traj, compose)
+                    probe = Probe(instance_view(inst, s.seal), traj, compose, state_read.set)
                     answer = await streaming.ask(system, probe)
                     sent = answer.request.frames if answer.request is not None else ()
                     check_shown(traj, inst, History(), (*answer.frames, *sent))
