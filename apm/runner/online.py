@@ -436,7 +436,7 @@ class StreamReplay(SessionReplay):
             answering = self.answering[traj.trajectory_id] = []
             try:
                 yield
-                await asyncio.gather(*answering)  # the trajectory's answers end with its replay
+                await self.answered(traj)  # the trajectory's answers end with its replay
             finally:
                 for task in answering:  # a replay that stopped leaves no answer running
                     task.cancel()
@@ -444,6 +444,12 @@ class StreamReplay(SessionReplay):
                 del self.systems[traj.trajectory_id], self.answering[traj.trajectory_id]
                 if system is not self.system:
                     await system.close()
+
+    async def answered(self, traj: Trajectory) -> None:
+        """Wait for the answers the trajectory has in flight (:attr:`answering`)."""
+        answering = self.answering[traj.trajectory_id]
+        while answering:
+            await answering.pop(0)
 
     def held_back(self, traj: Trajectory, inst: Instance) -> bool:
         return streaming.restricted(traj, inst)
@@ -568,6 +574,7 @@ class StreamReplay(SessionReplay):
                 todo = self.run.todo(group, on_record, shown)
                 if todo:
                     await self.stream_session(system, traj, traj.session(visible[-1]), state_dir, todo, shown)
+                    await self.answered(traj)  # before the copy they ask goes
             finally:
                 await system.close()
 

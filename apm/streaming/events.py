@@ -1,7 +1,8 @@
 """Event memory, in the spirit of StreamForest and OASIS: the stream cut into events at scene changes.
 
 As frames arrive, a cut is made where consecutive frames differ on their pixels (mean absolute
-difference of small thumbnails, the top and bottom ``margin`` left out: clock and caption strips are
+difference of small thumbnails, decoded at a reduced JPEG scale, the top and bottom ``margin`` left
+out: clock and caption strips are
 not the scene) once the open event has lasted ``min_event_s``, or when it reaches ``max_event_s``.
 Each closed event keeps its middle frame as keyframe and a one-sentence description written by the
 run's writer backbone from ``describe_frames`` of its frames; a description depends on its event's frames
@@ -63,10 +64,13 @@ class Event:
 
 
 def thumbnail(frame: Frame, margin: float, size: tuple[int, int] = (32, 24)) -> np.ndarray:
-    """The frame shrunk to ``size`` without its top and bottom ``margin`` (a fraction of its height)."""
+    """The frame shrunk to ``size`` without its top and bottom ``margin`` (a fraction of its height). The
+    JPEG is decoded at the smallest of its DCT scales (1/2 to 1/8) that still covers ``size``: a fraction of
+    a full decode's work, the cost of every frame the system observes."""
     from PIL import Image
 
     with Image.open(io.BytesIO(frame.jpeg)) as im:
+        im.draft("RGB", (size[0], round(size[1] / (1 - 2 * margin))))
         width, height = im.size
         box = (0, round(height * margin), width, round(height * (1 - margin)))
         return np.asarray(im.convert("RGB").crop(box).resize(size, Image.Resampling.BILINEAR), np.float32)
