@@ -23,10 +23,11 @@ import abc
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -233,20 +234,24 @@ class OnlineRun:
         recorded = recorded_lines(traj, memory_done)
         redo = method.resume_at(recorded, instances, on_record)
         async with method.replaying(traj):
-            kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded[:redo]])
-            shown = NO_MEMORY
-            prior_seconds = 0
-            for session in traj.sessions:
-                todo = self.todo(instances[session.index], on_record, shown)
-                prior_seconds += session.duration
-                update = session.index >= kept
-                line = None
-                if todo or update:
-                    line = await method.session(traj, session, state_dir, todo, shown, prior_seconds, update)
-                shown = recorded[session.index] if line is None else line
-            held_back = [i for insts in everything for i in insts if method.held_back(traj, i)]
-            if held_back:
-                await method.answer_held_back(traj, held_back, on_record)
+            try:
+                kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded[:redo]])
+                shown = NO_MEMORY
+                prior_seconds = 0
+                for session in traj.sessions:
+                    todo = self.todo(instances[session.index], on_record, shown)
+                    prior_seconds += session.duration
+                    update = session.index >= kept
+                    line = None
+                    if todo or update:
+                        line = await method.session(traj, session, state_dir, todo, shown, prior_seconds, update)
+                    shown = recorded[session.index] if line is None else line
+                held_back = [i for insts in everything for i in insts if method.held_back(traj, i)]
+                if held_back:
+                    await method.answer_held_back(traj, held_back, on_record)
+                await method.answered(traj)  # the trajectory's answers end with its replay
+            finally:
+                await method.abandon(traj)
 
     def todo(self, instances: list[Instance], on_record: OnRecordByKey, shown: dict[str, Any]) -> list[Instance]:
         """The instances still to run: all but those on record with the memory they would be shown now."""
@@ -310,6 +315,36 @@ class SessionReplay(abc.ABC):
 
     def __init__(self, run: OnlineRun) -> None:
         self.run = run
+        self.answering: dict[str, list[asyncio.Future[None]]] = defaultdict(list)
+        """The answers each trajectory has in flight beside its replay (:meth:`beside`)."""
+
+    async def beside(self, traj: Trajectory, answer: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+        """Start ``answer`` and return once it has read the state it shows (it sets the event it is
+        given) or ended: the rest of it goes on beside the replay until :meth:`answered`. An answer that
+        failed before (a fail-fast stop, a causality bug) is raised here."""
+        answering = self.answering[traj.trajectory_id]
+        for done in [task for task in answering if task.done()]:
+            answering.remove(done)
+            done.result()
+        state_read = asyncio.Event()
+        answered = asyncio.ensure_future(answer(state_read))
+        answering.append(answered)
+        waiting = asyncio.ensure_future(state_read.wait())
+        await asyncio.wait((answered, waiting), return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+
+    async def answered(self, traj: Trajectory) -> None:
+        """Wait for the answers the trajectory has in flight (:meth:`beside`)."""
+        answering = self.answering[traj.trajectory_id]
+        while answering:
+            await answering.pop(0)
+
+    async def abandon(self, traj: Trajectory) -> None:
+        """Cancel the answers a trajectory that stopped still has in flight."""
+        pending = self.answering.pop(traj.trajectory_id, [])
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     def held_back(self, traj: Trajectory, inst: Instance) -> bool:
         """Whether an instance is answered apart, after the trajectory's sessions (none by default)."""
@@ -350,7 +385,10 @@ class ProtocolReplay(SessionReplay):
 
     async def session(self, traj: Trajectory, session: Session, state_dir: Path, todo: list[Instance],
                       shown: dict[str, Any], prior_seconds: int, update: bool) -> dict[str, Any] | None:
-        await asyncio.gather(*(self.instance(traj, i, state_dir, shown) for i in todo))
+        """Start every instance; once each has read the state on disk (its request prepared), run the
+        update, while their requests are still in flight (:meth:`beside`): a session's answers never wait
+        for another session's, only its update for its instances' preparation."""
+        await asyncio.gather(*(self.beside(traj, partial(self.instance, traj, i, state_dir, shown)) for i in todo))
         return await self.end_session(traj, session, state_dir, prior_seconds) if update else None
 
     async def end_session(self, traj: Trajectory, session: Session, state_dir: Path,
@@ -367,14 +405,19 @@ class ProtocolReplay(SessionReplay):
             update_s = time.perf_counter() - began
         return await self.run.memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
 
-    async def instance(self, traj: Trajectory, inst: Instance, state_dir: Path, shown: dict[str, Any]) -> None:
-        """Prepare one instance's request from the state on disk, send it and keep its record."""
+    async def instance(self, traj: Trajectory, inst: Instance, state_dir: Path, shown: dict[str, Any],
+                       state_read: asyncio.Event) -> None:
+        """Prepare one instance's request from the state on disk (then set ``state_read``), send it and
+        keep its record."""
         run, s = self.run, self.run.setup
         async with run.slots:
             began = time.perf_counter()
             prepared, budget, in_flight = None, None, 0
             try:
-                prepared, budget = await asyncio.to_thread(prepare_instance, s, traj, inst, state_dir)
+                try:
+                    prepared, budget = await asyncio.to_thread(prepare_instance, s, traj, inst, state_dir)
+                finally:
+                    state_read.set()
             except CausalityError as e:  # refused: an error on its record, and the run exits non-zero
                 response = run.refuse(e)
                 prep_s = time.perf_counter() - began
@@ -421,8 +464,6 @@ class StreamReplay(SessionReplay):
         self.overlapping = system.through_backbone and not system.serial
         """Whether replays hold no slot between requests and probes overlap the stream (``through_backbone``)."""
         self.replays = asyncio.Semaphore(REPLAYS_PER_SLOT * run.setup.concurrency)
-        self.answering: dict[str, list[asyncio.Future[None]]] = {}
-        """The answers each replaying trajectory has in flight (:meth:`answer_probe`)."""
 
     @asynccontextmanager
     async def replaying(self, traj: Trajectory) -> AsyncIterator[None]:
@@ -433,23 +474,12 @@ class StreamReplay(SessionReplay):
         async with self.serial if self.system.serial else nullcontext(), held:
             system = self.systems[traj.trajectory_id] = (self.system if self.system.serial
                                                          else self.run.setup.fresh_system())
-            answering = self.answering[traj.trajectory_id] = []
             try:
                 yield
-                await self.answered(traj)  # the trajectory's answers end with its replay
             finally:
-                for task in answering:  # a replay that stopped leaves no answer running
-                    task.cancel()
-                await asyncio.gather(*answering, return_exceptions=True)
-                del self.systems[traj.trajectory_id], self.answering[traj.trajectory_id]
+                del self.systems[traj.trajectory_id]
                 if system is not self.system:
                     await system.close()
-
-    async def answered(self, traj: Trajectory) -> None:
-        """Wait for the answers the trajectory has in flight (:attr:`answering`)."""
-        answering = self.answering[traj.trajectory_id]
-        while answering:
-            await answering.pop(0)
 
     def held_back(self, traj: Trajectory, inst: Instance) -> bool:
         return streaming.restricted(traj, inst)
@@ -505,22 +535,13 @@ class StreamReplay(SessionReplay):
                            updates: streaming.UpdateClock, shown: dict[str, Any], unseen: str | None) -> None:
         """Ask the system one instance from its current state and keep the record (:meth:`answer`). An
         :attr:`overlapping` system is awaited only until it has read its state (``Probe.state_read``, or
-        composing its request); the rest of the answer goes on as the stream does, in :attr:`answering`
-        until the replay ends (an answer that failed, such as a fail-fast stop, is raised at the next probe)."""
+        composing its request); the rest of the answer goes on :meth:`beside` the stream."""
         at_probe = replace(updates)  # the updates as of the probe, whatever the stream does meanwhile
-        if not self.overlapping:
-            await self.answer(system, traj, inst, at_probe, shown, unseen, asyncio.Event())
-            return
-        answering = self.answering[traj.trajectory_id]
-        for done in [task for task in answering if task.done()]:
-            answering.remove(done)
-            done.result()
-        state_read = asyncio.Event()
-        answered = asyncio.ensure_future(self.answer(system, traj, inst, at_probe, shown, unseen, state_read))
-        answering.append(answered)
-        waiting = asyncio.ensure_future(state_read.wait())
-        await asyncio.wait((answered, waiting), return_when=asyncio.FIRST_COMPLETED)
-        waiting.cancel()
+        answer = partial(self.answer, system, traj, inst, at_probe, shown, unseen)
+        if self.overlapping:
+            await self.beside(traj, answer)
+        else:
+            await answer(asyncio.Event())
 
     async def answer(self, system: StreamingSystem, traj: Trajectory, inst: Instance,
                      updates: streaming.UpdateClock, shown: dict[str, Any], unseen: str | None,

@@ -2,8 +2,8 @@
 
 As frames arrive, a cut is made where consecutive frames differ on their pixels (mean absolute
 difference of small thumbnails, decoded at a reduced JPEG scale, the top and bottom ``margin`` left
-out: clock and caption strips are
-not the scene) once the open event has lasted ``min_event_s``, or when it reaches ``max_event_s``.
+out: clock and caption strips are not the scene) once the open event has lasted ``min_event_s``, or
+when it reaches ``max_event_s``.
 Each closed event keeps its middle frame as keyframe and a one-sentence description written by the
 run's writer backbone from ``describe_frames`` of its frames; a description depends on its event's frames
 alone, so it is written while the stream goes on, and a probe (or the export) waits for the descriptions
