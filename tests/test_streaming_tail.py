@@ -59,3 +59,23 @@ def test_overlapping_replays_give_the_records_of_a_one_at_a_time_run(tiny, tmp_p
     many = run(compose_run(tiny, tmp_path / "many", tmp_path / "cache", [*EVENTS, "concurrency=8"]))
     assert _comparable(many) == _comparable(one) and records(one)
     assert max(r["latency"]["in_flight"] for r in records(many)) > 1
+
+
+def test_a_memory_protocols_sessions_answer_beside_each_other(tiny, tmp_path):
+    """A session's update waits for its instances to read the state, not for their answers: instances of
+    two sessions of one trajectory are in flight together (raw video, issue 37 item 2), with the records
+    of a one-at-a-time run."""
+    protocol = [
+        f"hydra.searchpath=[file://{TESTS / 'conf'}]",
+        "memory=raw_video",
+        "backbone=random",
+        "backbone._target_=support.backbones.Overlapping",
+        "+backbone.delay_s=0.5",
+        "dataset.tasks=[ER,MPA,TPG]",
+        "dataset.trajectories=[syn001]",
+    ]
+    one = run(compose_run(tiny, tmp_path / "one", tmp_path / "cache", [*protocol, "concurrency=1"]))
+    take(Overlapping.PEAK)
+    many = run(compose_run(tiny, tmp_path / "many", tmp_path / "cache", [*protocol, "concurrency=16"]))
+    assert take(Overlapping.PEAK)["sessions_of_one"] > 1
+    assert _comparable(many) == _comparable(one) and records(one)
