@@ -17,13 +17,12 @@ import platform
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from process_tree import TreePeak
+from process_tree import Sampler, TreePeak
 
 from apm.reduce.load import WORKERS, load_runs
 from apm.testing import fixtures
@@ -83,26 +82,15 @@ def child(command: list[str]) -> Step:
     return Step(wall, max(tree.peak_kib, usage.ru_maxrss) / 1024, cpu, printed)
 
 
-class LoadSampler:
+class LoadSampler(Sampler):
     """The 1-minute load average sampled every 2 s while the steps run (the machine may be shared)."""
 
     def __init__(self) -> None:
+        super().__init__(2.0)
         self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append(os.getloadavg()[0])
-            self._stop.wait(2.0)
-
-    def __enter__(self) -> LoadSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
+        self.samples.append(os.getloadavg()[0])
 
 
 def main() -> int:

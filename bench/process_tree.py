@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Self
 
 PERIOD_S = 0.05
 """How often the tree is sampled."""
@@ -44,33 +45,47 @@ def cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class TreePeak:
-    """While the ``with`` block runs: the largest sum of resident memory over a process tree (``peak_kib``)
-    and the CPU each of its processes was last seen to have used (``cpu_s``: their sum; a process's last
-    ``PERIOD_S`` before it ends may be missed)."""
+class Sampler:
+    """Calls :meth:`sample` every ``period_s`` in a thread while the ``with`` block runs."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid, self.peak_kib = pid, 0
-        self.used: dict[int, float] = {}
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    @property
-    def cpu_s(self) -> float:
-        return sum(self.used.values())
+    def sample(self) -> None:
+        raise NotImplementedError
 
-    def _sample(self) -> None:
+    def _run(self) -> None:
         while not self._stop.is_set():
-            tree = descendants(self.pid)
-            self.peak_kib = max(self.peak_kib, sum(rss_kib(p) for p in tree))
-            for p in tree:
-                self.used[p] = max(self.used.get(p, 0.0), cpu_s(p) or 0.0)
-            self._stop.wait(PERIOD_S)
+            self.sample()
+            self._stop.wait(self.period_s)
 
-    def __enter__(self) -> TreePeak:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class TreePeak(Sampler):
+    """While the ``with`` block runs: the largest sum of resident memory over a process tree (``peak_kib``)
+    and the CPU each of its processes was last seen to have used (``cpu_s``: their sum; a process's last
+    ``PERIOD_S`` before it ends may be missed)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(PERIOD_S)
+        self.pid, self.peak_kib = pid, 0
+        self.used: dict[int, float] = {}
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self.used.values())
+
+    def sample(self) -> None:
+        tree = descendants(self.pid)
+        self.peak_kib = max(self.peak_kib, sum(rss_kib(p) for p in tree))
+        for p in tree:
+            self.used[p] = max(self.used.get(p, 0.0), cpu_s(p) or 0.0)
