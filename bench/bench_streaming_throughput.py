@@ -9,7 +9,12 @@ request. The bare client sends the same number of description-shaped requests (4
 through the same backbone class at concurrency C. The figure is the ratio of their requests/s (target
 ≥ 0.85); an ideal client reaches C/L.
 
-    .venv/bin/python bench/bench_streaming_throughput.py [--latency 0.5] [--concurrency 16] [--copies 16]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_streaming_throughput.py [--latency 0.5] [--concurrency 16]
+        [--copies 16] [--memory event_memory|thought_memory]
+
+(``PYTHONPATH=$PWD``: the script's folder comes first on ``sys.path``, so without it the installed ``apm``
+is measured, not the working tree.) Each run prints its CPU per request beside the bare client's: on a
+shared host the run is bound by its CPU long before the endpoint.
 """
 
 from __future__ import annotations
