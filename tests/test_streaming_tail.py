@@ -79,3 +79,11 @@ def test_a_memory_protocols_sessions_answer_beside_each_other(tiny, tmp_path):
     many = run(compose_run(tiny, tmp_path / "many", tmp_path / "cache", [*protocol, "concurrency=16"]))
     assert take(Overlapping.PEAK)["sessions_of_one"] > 1
     assert _comparable(many) == _comparable(one) and records(one)
+
+
+def test_in_latency_mode_a_trajectory_still_replays_alone(tiny, tmp_path):
+    """Isolated latency: nothing beside a timed request, so no probe overlaps the stream or another replay."""
+    run(compose_run(tiny, tmp_path / "runs", tmp_path / "cache", [*EVENTS, "latency_mode=true"]))
+    order = list(Overlapping.ORDER)
+    switches = sum(1 for _ in itertools.groupby(order)) - 1
+    assert len(set(order)) == 3 and switches <= len(set(order))  # one trajectory after another (and the warm-up)

@@ -461,8 +461,9 @@ class StreamReplay(SessionReplay):
         """Held while a trajectory replays through a ``serial`` system (one object, one session at a time)."""
         self.systems: dict[str, StreamingSystem] = {}
         """The system each trajectory replaying now goes through."""
-        self.overlapping = system.through_backbone and not system.serial
-        """Whether replays hold no slot between requests and probes overlap the stream (``through_backbone``)."""
+        self.overlapping = system.through_backbone and not system.serial and not run.setup.latency_mode
+        """Whether replays hold no slot between requests and probes overlap the stream (``through_backbone``;
+        never in latency mode, where a trajectory replays alone and nothing runs beside a timed request)."""
         self.replays = asyncio.Semaphore(REPLAYS_PER_SLOT * run.setup.concurrency)
 
     @asynccontextmanager
