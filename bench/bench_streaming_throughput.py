@@ -9,7 +9,12 @@ request. The bare client sends the same number of description-shaped requests (4
 through the same backbone class at concurrency C. The figure is the ratio of their requests/s (target
 ≥ 0.85); an ideal client reaches C/L.
 
-    .venv/bin/python bench/bench_streaming_throughput.py [--latency 0.5] [--concurrency 16] [--copies 16]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_streaming_throughput.py [--latency 0.5] [--concurrency 16]
+        [--copies 16] [--memory event_memory|thought_memory]
+
+(``PYTHONPATH=$PWD``: the script's folder comes first on ``sys.path``, so without it the installed ``apm``
+is measured, not the working tree.) Each run prints its CPU per request beside the bare client's: on a
+shared host the run is bound by its CPU long before the endpoint.
 """
 
 from __future__ import annotations
@@ -77,21 +82,27 @@ def lines(run_dir: Path, kind: str) -> list[dict[str, Any]]:
     return [json.loads(x) for p in sorted((run_dir / kind).glob("*.jsonl")) for x in p.read_text().splitlines()]
 
 
-def streaming_run(root: Path, out: Path, cache: Path, base_url: str, concurrency: int) -> dict[str, Any]:
-    """``event_memory`` through the OpenAI-compatible backbone: its requests, wall time and requests in flight."""
+WRITTEN = {"event_memory": "events", "thought_memory": "thoughts"}
+"""The systems measured, each with its memory line's count of the pieces its writer wrote (one request each)."""
+
+
+def streaming_run(root: Path, out: Path, cache: Path, base_url: str, concurrency: int,
+                  memory: str = "event_memory") -> dict[str, Any]:
+    """``memory`` through the OpenAI-compatible backbone: its requests, wall time, CPU (this process's, the
+    run's threads included) and requests in flight."""
     overrides = [f"dataset.root={root}", f"output_root={out}", f"frames.cache_dir={cache}", f"dataset.tasks={TASKS}",
-                 "logging.wandb.mode=disabled", "logging.progress=false", "memory=event_memory",
+                 "logging.wandb.mode=disabled", "logging.progress=false", f"memory={memory}",
                  "backbone=openai_compatible", f"backbone.base_url={base_url}", "backbone.model=fake",
                  f"backbone.concurrency={concurrency}", f"concurrency={concurrency}"]
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         cfg = compose("config", overrides=overrides)
-    began, started = time.perf_counter(), time.time()
+    began, started, cpu = time.perf_counter(), time.time(), time.process_time()
     asyncio.run(run_async(cfg))
-    wall = time.perf_counter() - began
-    recs, memory = lines(run_dir_of(cfg), "records"), lines(run_dir_of(cfg), "memory")
-    requests = len(recs) + sum(m["events"] for m in memory)
-    written = [x["written_ns"] / 1e9 for x in recs + memory]
-    return {"requests": requests, "wall_s": wall, "rps": requests / wall, "probes": len(recs),
+    wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+    recs = lines(run_dir_of(cfg), "records")
+    requests = len(recs) + sum(m[WRITTEN[memory]] for m in lines(run_dir_of(cfg), "memory"))
+    written = [x["written_ns"] / 1e9 for x in recs + lines(run_dir_of(cfg), "memory")]
+    return {"requests": requests, "wall_s": wall, "rps": requests / wall, "probes": len(recs), "cpu_s": cpu,
             "first_line_s": min(written) - started, "last_line_s": max(written) - started,
             "descriptions": requests - len(recs), "errors": sum(r["error"] is not None for r in recs),
             "max_in_flight": max(r["latency"]["in_flight"] for r in recs)}
@@ -111,10 +122,10 @@ async def bare_client(request: Request, base_url: str, concurrency: int, n: int)
     """``n`` requests through the backbone alone at ``concurrency``, after one warm-up round."""
     async with OpenAIBackbone(model="fake", base_url=base_url, concurrency=concurrency, read_timeout_s=60) as b:
         await asyncio.gather(*(b.generate(request) for _ in range(concurrency)))
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         out = await asyncio.gather(*(b.generate(request) for _ in range(n)))
-        wall = time.perf_counter() - began
-    return {"requests": n, "wall_s": wall, "rps": n / wall, "errors": sum(not r.ok for r in out)}
+        wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+    return {"requests": n, "wall_s": wall, "rps": n / wall, "cpu_s": cpu, "errors": sum(not r.ok for r in out)}
 
 
 def machine() -> str:
@@ -129,6 +140,7 @@ def main() -> None:
     p.add_argument("--latency", type=float, default=0.5)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--copies", type=int, default=16, help="times the tiny release's 3 trajectories are repeated")
+    p.add_argument("--memory", choices=sorted(WRITTEN), default="event_memory")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -137,7 +149,7 @@ def main() -> None:
         build_release_cache(load_release(root), tmp / "cache", progress=False)
         proc, base_url = start_server(args.latency)
         try:
-            stream = streaming_run(root, tmp / "runs", tmp / "cache", base_url, args.concurrency)
+            stream = streaming_run(root, tmp / "runs", tmp / "cache", base_url, args.concurrency, args.memory)
             request = description_request(FrameCache(tmp / "cache"), root, 0)
             bare = asyncio.run(bare_client(request, base_url, args.concurrency, stream["requests"]))
         finally:
@@ -149,13 +161,14 @@ def main() -> None:
     print(f"Machine: {machine()}")
     print(f"L = {args.latency:g} s, C = {args.concurrency}, ideal C/L = {ideal:.1f} requests/s; "
           f"{3 * args.copies} trajectories")
-    print("| client | requests | wall (s) | requests/s | ÷ bare client | most probes in flight | errors |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| client | requests | wall (s) | requests/s | ÷ bare client | CPU ms / request | most probes in flight "
+          "| errors |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     print(f"| bare `OpenAIBackbone` (description-shaped requests) | {bare['requests']} | {bare['wall_s']:.1f} | "
-          f"{bare['rps']:.1f} | 1.00 | | {bare['errors']} |")
-    print(f"| `event_memory` via apm-run ({stream['descriptions']} descriptions + {stream['probes']} probes) | "
+          f"{bare['rps']:.1f} | 1.00 | {1e3 * bare['cpu_s'] / bare['requests']:.1f} | | {bare['errors']} |")
+    print(f"| `{args.memory}` via apm-run ({stream['descriptions']} written + {stream['probes']} probes) | "
           f"{stream['requests']} | {stream['wall_s']:.1f} | {stream['rps']:.1f} | {stream['rps'] / bare['rps']:.2f} | "
-          f"{stream['max_in_flight']} | {stream['errors']} |")
+          f"{1e3 * stream['cpu_s'] / stream['requests']:.1f} | {stream['max_in_flight']} | {stream['errors']} |")
     print(f"apm-run: first line written {stream['first_line_s']:.1f} s after the call, "
           f"last {stream['last_line_s']:.1f} s (the rest: start-up before the replay, closing after it)")
 

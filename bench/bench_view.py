@@ -139,9 +139,12 @@ def first_page_s(site: Path) -> float | None:
         driver.quit()
 
 
-MEASURED = ("import resource, sys; from apm.cli.view import main; code = main(sys.argv[1:]); "
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(code)")
-"""``apm-view`` in a child that reports its own peak RSS (KiB) last on stderr."""
+MEASURED = ("import sys; from pathlib import Path; from apm.cli.view import main; code = main(sys.argv[1:]); "
+            "print(next(x.split()[1] for x in Path('/proc/self/status').read_text().splitlines() "
+            "if x.startswith('VmHWM:')), file=sys.stderr); sys.exit(code)")
+"""``apm-view`` in a child that reports its own peak RSS (KiB) last on stderr: ``VmHWM``, the high-water
+mark of the memory it was exec'd into. ``ru_maxrss`` would not do: Linux carries the parent's resident
+size at the fork into it, so it reported the benchmark's own memory whenever that was larger."""
 
 
 def build(runs: Path, site: Path, frames_per_cell: int, thumb_grid: int = DEFAULT_THUMB_GRID) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import abc
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from apm.backbones.base import Response, ask
+from apm.backbones.base import Request, Response, ask
 from apm.backbones.fail_fast import FailFast
 from apm.data.frames import Frame
 from apm.data.instances import Instance, Turn, candidate_instances, instance_view
@@ -48,6 +48,7 @@ from apm.runner.record import NO_MEMORY, make_record
 from apm.runner.request import prepare_instance, state_dir_of
 from apm.runner.setup import RunSetup, frame_budget
 from apm.runner.shard_lock import holding_shard
+from apm.runner.slots import SLOT_WAIT, Slots, SlottedBackbone
 from apm.streaming.base import (
     Answer,
     Probe,
@@ -157,6 +158,12 @@ def restore_state(state_dir: Path, states: list[StateManifest]) -> int:
     return kept
 
 
+def longest_first(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The order trajectories start in and their requests are served: the most video first (ties in the
+    given order), so no long replay is left running alone at the end of a run."""
+    return sorted(trajectories, key=lambda t: -sum(x.duration for x in t.sessions))
+
+
 class OnlineRun:
     """One run of the online protocol; ``await OnlineRun(setup).run(trajectories, instances)``. What a
     method's session replay uses of it is public: ``setup``, ``stats``, ``slots`` (the instance slots),
@@ -167,8 +174,10 @@ class OnlineRun:
         self.on_record = on_record or (lambda rec: None)
         self.progress = progress
         self.stats = RunStats()
-        self.slots = asyncio.Semaphore(setup.concurrency)
+        self.slots = Slots(setup.concurrency)
         """The ``concurrency`` slots every request (and, in latency mode, every update) takes one of."""
+        self.priority: dict[str, int] = {}
+        """Each trajectory's rank in :func:`longest_first`: its requests' priority for a slot."""
         self.in_flight = 0
         """Requests in flight now (recorded with each request: ``latency.in_flight``)."""
         self._fail_fast = FailFast(setup.fail_fast, setup.backbone.advice)
@@ -196,6 +205,8 @@ class OnlineRun:
         self._records = JsonlAppender(run.records_file(s.shard_label))
         self._memory = JsonlAppender(run.memory_file(s.shard_label))
         await _prebuild(s.cache, trajectories)
+        trajectories = longest_first(trajectories)
+        self.priority = {t.trajectory_id: rank for rank, t in enumerate(trajectories)}
         tasks = [asyncio.ensure_future(self.trajectory(t, by_session, on_record, memory_done)) for t in trajectories]
         try:
             await asyncio.gather(*tasks)
@@ -227,20 +238,24 @@ class OnlineRun:
         recorded = recorded_lines(traj, memory_done)
         redo = method.resume_at(recorded, instances, on_record)
         async with method.replaying(traj):
-            kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded[:redo]])
-            shown = NO_MEMORY
-            prior_seconds = 0
-            for session in traj.sessions:
-                todo = self.todo(instances[session.index], on_record, shown)
-                prior_seconds += session.duration
-                update = session.index >= kept
-                line = None
-                if todo or update:
-                    line = await method.session(traj, session, state_dir, todo, shown, prior_seconds, update)
-                shown = recorded[session.index] if line is None else line
-            held_back = [i for insts in everything for i in insts if method.held_back(traj, i)]
-            if held_back:
-                await method.answer_held_back(traj, held_back, on_record)
+            try:
+                kept = await asyncio.to_thread(restore_state, state_dir, [line["state"] for line in recorded[:redo]])
+                shown = NO_MEMORY
+                prior_seconds = 0
+                for session in traj.sessions:
+                    todo = self.todo(instances[session.index], on_record, shown)
+                    prior_seconds += session.duration
+                    update = session.index >= kept
+                    line = None
+                    if todo or update:
+                        line = await method.session(traj, session, state_dir, todo, shown, prior_seconds, update)
+                    shown = recorded[session.index] if line is None else line
+                held_back = [i for insts in everything for i in insts if method.held_back(traj, i)]
+                if held_back:
+                    await method.answer_held_back(traj, held_back, on_record)
+                await method.answered(traj)  # the trajectory's answers end with its replay
+            finally:
+                await method.abandon(traj)
 
     def todo(self, instances: list[Instance], on_record: OnRecordByKey, shown: dict[str, Any]) -> list[Instance]:
         """The instances still to run: all but those on record with the memory they would be shown now."""
@@ -304,6 +319,36 @@ class SessionReplay(abc.ABC):
 
     def __init__(self, run: OnlineRun) -> None:
         self.run = run
+        self.answering: dict[str, list[asyncio.Future[None]]] = defaultdict(list)
+        """The answers each trajectory has in flight beside its replay (:meth:`beside`)."""
+
+    async def beside(self, traj: Trajectory, answer: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+        """Start ``answer`` and return once it has read the state it shows (it sets the event it is
+        given) or ended: the rest of it goes on beside the replay until :meth:`answered`. An answer that
+        failed before (a fail-fast stop, a causality bug) is raised here."""
+        answering = self.answering[traj.trajectory_id]
+        for done in [task for task in answering if task.done()]:
+            answering.remove(done)
+            done.result()
+        state_read = asyncio.Event()
+        answered = asyncio.ensure_future(answer(state_read))
+        answering.append(answered)
+        waiting = asyncio.ensure_future(state_read.wait())
+        await asyncio.wait((answered, waiting), return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+
+    async def answered(self, traj: Trajectory) -> None:
+        """Wait for the answers the trajectory has in flight (:meth:`beside`)."""
+        answering = self.answering[traj.trajectory_id]
+        while answering:
+            await answering.pop(0)
+
+    async def abandon(self, traj: Trajectory) -> None:
+        """Cancel the answers a trajectory that stopped still has in flight."""
+        pending = self.answering.pop(traj.trajectory_id, [])
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     def held_back(self, traj: Trajectory, inst: Instance) -> bool:
         """Whether an instance is answered apart, after the trajectory's sessions (none by default)."""
@@ -344,7 +389,10 @@ class ProtocolReplay(SessionReplay):
 
     async def session(self, traj: Trajectory, session: Session, state_dir: Path, todo: list[Instance],
                       shown: dict[str, Any], prior_seconds: int, update: bool) -> dict[str, Any] | None:
-        await asyncio.gather(*(self.instance(traj, i, state_dir, shown) for i in todo))
+        """Start every instance; once each has read the state on disk (its request prepared), run the
+        update, while their requests are still in flight (:meth:`beside`): a session's answers never wait
+        for another session's, only its update for its instances' preparation."""
+        await asyncio.gather(*(self.beside(traj, partial(self.instance, traj, i, state_dir, shown)) for i in todo))
         return await self.end_session(traj, session, state_dir, prior_seconds) if update else None
 
     async def end_session(self, traj: Trajectory, session: Session, state_dir: Path,
@@ -361,14 +409,19 @@ class ProtocolReplay(SessionReplay):
             update_s = time.perf_counter() - began
         return await self.run.memory_line(traj, session, state_dir, prior_seconds, update_s, facts)
 
-    async def instance(self, traj: Trajectory, inst: Instance, state_dir: Path, shown: dict[str, Any]) -> None:
-        """Prepare one instance's request from the state on disk, send it and keep its record."""
+    async def instance(self, traj: Trajectory, inst: Instance, state_dir: Path, shown: dict[str, Any],
+                       state_read: asyncio.Event) -> None:
+        """Prepare one instance's request from the state on disk (then set ``state_read``), send it and
+        keep its record."""
         run, s = self.run, self.run.setup
         async with run.slots:
             began = time.perf_counter()
             prepared, budget, in_flight = None, None, 0
             try:
-                prepared, budget = await asyncio.to_thread(prepare_instance, s, traj, inst, state_dir)
+                try:
+                    prepared, budget = await asyncio.to_thread(prepare_instance, s, traj, inst, state_dir)
+                finally:
+                    state_read.set()
             except CausalityError as e:  # refused: an error on its record, and the run exits non-zero
                 response = run.refuse(e)
                 prep_s = time.perf_counter() - began
@@ -383,12 +436,21 @@ class ProtocolReplay(SessionReplay):
         run.keep(make_record(s, inst, traj, prepared, response, prep_s, shown, in_flight), response)
 
 
+REPLAYS_PER_SLOT = 2
+"""Trajectories replaying at once per request slot, for a system that replays ``through_backbone``: more
+than one, so the slots stay busy while some replays observe frames between their requests; bounded, as a
+replay holds its session's frames."""
+
+
 class StreamReplay(SessionReplay):
     """A streaming system (``apm.runner.streaming``): each session is begun from the state exported
     before it, fed its frames and turns in wall-clock order with each probe answered at its time, and
-    exported. A trajectory replays holding one of the run's slots, through its own copy of the system
-    (which keeps in-session state on itself), so up to ``concurrency`` trajectories replay at once; a
-    system that declares ``serial`` is the run's one object, one trajectory at a time. Every restricted
+    exported. A trajectory replays through its own copy of the system (which keeps in-session state on
+    itself). A system that declares ``through_backbone`` replays up to :data:`REPLAYS_PER_SLOT` ×
+    ``concurrency`` trajectories at once, each of its requests taking a slot by the trajectory's priority
+    (:func:`longest_first`), and the stream goes on once a probe has read the state it shows; any other holds
+    one slot per trajectory for its whole replay (``concurrency`` trajectories at once), and a system that
+    declares ``serial`` is the run's one object, one trajectory at a time. Every restricted
     (EA) instance is answered apart, by a fresh copy of the system fed only its visible sessions
     (docs/streaming-systems.md, "Restricted instances (EA)").
 
@@ -403,12 +465,18 @@ class StreamReplay(SessionReplay):
         """Held while a trajectory replays through a ``serial`` system (one object, one session at a time)."""
         self.systems: dict[str, StreamingSystem] = {}
         """The system each trajectory replaying now goes through."""
+        self.overlapping = system.through_backbone and not system.serial and not run.setup.latency_mode
+        """Whether replays hold no slot between requests and probes overlap the stream (``through_backbone``;
+        never in latency mode, where a trajectory replays alone and nothing runs beside a timed request)."""
+        self.replays = asyncio.Semaphore(REPLAYS_PER_SLOT * run.setup.concurrency)
 
     @asynccontextmanager
     async def replaying(self, traj: Trajectory) -> AsyncIterator[None]:
-        """Hold a slot while the trajectory replays, through its own copy of the system as configured (a
-        ``serial`` system: the run's one object, holding it alone)."""
-        async with self.serial if self.system.serial else nullcontext(), self.run.slots:
+        """Hold a place while the trajectory replays (:attr:`overlapping`: one of :attr:`replays`; else one
+        of the run's slots), through its own copy of the system as configured (a ``serial`` system: the
+        run's one object, holding it alone)."""
+        held = self.replays if self.overlapping else self.run.slots
+        async with self.serial if self.system.serial else nullcontext(), held:
             system = self.systems[traj.trajectory_id] = (self.system if self.system.serial
                                                          else self.run.setup.fresh_system())
             try:
@@ -446,6 +514,11 @@ class StreamReplay(SessionReplay):
         """Begin ``session`` from ``state_dir``, observe its frames and turns and answer ``todo`` in time
         order; the session's updates (``observe_s``)."""
         s = self.run.setup
+        channel, writer = streaming.reference_channel(s, todo), s.writer if system.needs_writer else None
+        if self.overlapping:
+            rank = self.run.priority[traj.trajectory_id]
+            channel = SlottedBackbone(channel, self.run.slots, rank)
+            writer = None if writer is None else SlottedBackbone(writer, self.run.slots, rank)
         try:
             frames, unseen = await asyncio.to_thread(session_frames, s.cache, session, streaming.EVERY_FRAME), None
         except VideoDecodeError as e:  # streamed without its video: its probes record why, the trajectory goes on
@@ -453,9 +526,7 @@ class StreamReplay(SessionReplay):
         events = streaming.stream_events(session, frames, session_interactions(s.release, traj, session))
         probes = sorted(todo, key=lambda i: (i.probe_time, i.key))
         updates = streaming.UpdateClock()
-        channel = streaming.reference_channel(s, todo)
         seed = session_seed(traj, session, s.settings.seed)
-        writer = s.writer if system.needs_writer else None
         await system.begin(SessionContext(traj, session, state_dir, channel, writer, seed))
         for at, event in events:
             while probes and probes[0].probe_time < at:
@@ -468,20 +539,42 @@ class StreamReplay(SessionReplay):
 
     async def answer_probe(self, system: StreamingSystem, traj: Trajectory, inst: Instance,
                            updates: streaming.UpdateClock, shown: dict[str, Any], unseen: str | None) -> None:
-        """Ask the system one instance (as :func:`apm.data.instances.instance_view`: no annotations) from
-        its current state and keep the record (``unseen``: why the session's video could not be
-        streamed; the instance records it without being asked)."""
+        """Ask the system one instance from its current state and keep the record (:meth:`answer`). An
+        :attr:`overlapping` system is awaited only until it has read its state (``Probe.state_read``, or
+        composing its request); the rest of the answer goes on :meth:`beside` the stream."""
+        at_probe = replace(updates)  # the updates as of the probe, whatever the stream does meanwhile
+        answer = partial(self.answer, system, traj, inst, at_probe, shown, unseen)
+        if self.overlapping:
+            await self.beside(traj, answer)
+        else:
+            await answer(asyncio.Event())
+
+    async def answer(self, system: StreamingSystem, traj: Trajectory, inst: Instance,
+                     updates: streaming.UpdateClock, shown: dict[str, Any], unseen: str | None,
+                     state_read: asyncio.Event) -> None:
+        """Ask the system one instance (as :func:`apm.data.instances.instance_view`: no annotations), set
+        ``state_read`` once it has read its state, and keep the record (``unseen``: why the session's video
+        could not be streamed; the instance records it without being asked). The record's wall time
+        leaves out the requests' waits for a slot."""
         run, s = self.run, self.run.setup
         began = time.perf_counter()
+        waited: list[float] = []
+        noting = SLOT_WAIT.set(waited)
         in_flight = 0
         if unseen is not None:
             answer = Answer(Response(error=unseen, attempts=0))
         else:
             with run.sending() as in_flight:
                 refusals: list[CausalityError] = []
-                compose = partial(streaming.compose_request, s, traj, inst, refusals)
+
+                def compose(history: History, frames: tuple[Frame, ...]) -> Request:
+                    try:
+                        return streaming.compose_request(s, traj, inst, refusals, history, frames)
+                    finally:
+                        state_read.set()
+
                 try:
-                    probe = Probe(instance_view(inst, s.seal), traj, compose)
+                    probe = Probe(instance_view(inst, s.seal), traj, compose, state_read.set)
                     answer = await streaming.ask(system, probe)
                     sent = answer.request.frames if answer.request is not None else ()
                     check_shown(traj, inst, History(), (*answer.frames, *sent))
@@ -489,7 +582,8 @@ class StreamReplay(SessionReplay):
                         raise refusals[0]
                 except CausalityError as e:  # refused: an error on its record, and the run exits non-zero
                     answer = Answer(run.refuse(refusals[0] if refusals else e))  # the key's words, not the id's
-        wall = time.perf_counter() - began
+        SLOT_WAIT.reset(noting)
+        wall = time.perf_counter() - began - sum(waited)
         run.keep(streaming.streaming_record(s, inst, traj, answer, wall, updates, shown, in_flight), answer.response)
 
     async def answer_held_back(self, traj: Trajectory, instances: list[Instance], on_record: OnRecordByKey) -> None:
@@ -507,6 +601,7 @@ class StreamReplay(SessionReplay):
                 todo = self.run.todo(group, on_record, shown)
                 if todo:
                     await self.stream_session(system, traj, traj.session(visible[-1]), state_dir, todo, shown)
+                    await self.answered(traj)  # before the copy they ask goes
             finally:
                 await system.close()
 

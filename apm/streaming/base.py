@@ -92,6 +92,14 @@ class Probe:
     instance: Instance
     trajectory: Trajectory
     compose: Callable[[History, tuple[Frame, ...]], Request] = field(repr=False)
+    read: Callable[[], None] = field(default=lambda: None, repr=False)
+    """Told once the answer has read from the system's state all it will show (:meth:`state_read`)."""
+
+    def state_read(self) -> None:
+        """Say that the answer has taken from the system's state everything it will show: a system that
+        replays ``through_backbone`` may then be fed what comes next while the answer goes on (composing
+        the request says it too)."""
+        self.read()
 
     def request(self, frames: Sequence[Frame] = (), notes: Iterable[Note] = (),
                 turns: Iterable[Turn] = ()) -> Request:
@@ -132,6 +140,15 @@ class StreamingSystem(abc.ABC):
     before anything is observed), up to the run's ``concurrency`` trajectories at once. True: the run
     drives every session through its one object, one trajectory at a time (a system holding what it
     cannot copy or share, such as a model it loaded itself)."""
+
+    through_backbone: ClassVar[bool] = False
+    """True: the system reaches models only through the run's backbone and writer (``SessionContext``), and
+    its ``answer`` reads its state only until it says so (``Probe.state_read``) or composes its request
+    (``Probe.request``); what it does after that (waiting for its writer, sending) reads none of it.
+    The run then lets its replays hold no slot between requests (each request takes one) and goes on with
+    the stream while a composed probe is in flight (docs/streaming-systems.md, "What the runner does per
+    session"). False: a trajectory holds one slot for its whole replay and each answer ends before the
+    stream goes on."""
 
     def __init__(self, name: str | None = None):
         if name:

@@ -1,10 +1,13 @@
 """Event memory, in the spirit of StreamForest and OASIS: the stream cut into events at scene changes.
 
 As frames arrive, a cut is made where consecutive frames differ on their pixels (mean absolute
-difference of small thumbnails, the top and bottom ``margin`` left out: clock and caption strips are
-not the scene) once the open event has lasted ``min_event_s``, or when it reaches ``max_event_s``.
+difference of small thumbnails, decoded at a reduced JPEG scale, the top and bottom ``margin`` left
+out: clock and caption strips are not the scene) once the open event has lasted ``min_event_s``, or
+when it reaches ``max_event_s``.
 Each closed event keeps its middle frame as keyframe and a one-sentence description written by the
-run's writer backbone from ``describe_frames`` of its frames. A probe retrieves the ``top_k`` events
+run's writer backbone from ``describe_frames`` of its frames; a description depends on its event's frames
+alone, so it is written while the stream goes on, and a probe (or the export) waits for the descriptions
+of the events closed before it. A probe retrieves the ``top_k`` events
 whose descriptions match the instance best (BM25, as ``retrieval_bm25``; only matches above 0) from
 the visible sessions and the current one, and answers through the run's backbone with their
 keyframes, the earlier sessions' descriptions as text memory, and the ``recent_frames`` latest frames.
@@ -60,10 +63,13 @@ class Event:
 
 
 def thumbnail(frame: Frame, margin: float, size: tuple[int, int] = (32, 24)) -> np.ndarray:
-    """The frame shrunk to ``size`` without its top and bottom ``margin`` (a fraction of its height)."""
+    """The frame shrunk to ``size`` without its top and bottom ``margin`` (a fraction of its height). The
+    JPEG is decoded at the smallest of its DCT scales (1/2 to 1/8) that still covers ``size``: a fraction of
+    a full decode's work, the cost of every frame the system observes."""
     from PIL import Image
 
     with Image.open(io.BytesIO(frame.jpeg)) as im:
+        im.draft("RGB", (size[0], round(size[1] / (1 - 2 * margin))))
         width, height = im.size
         box = (0, round(height * margin), width, round(height * (1 - margin)))
         return np.asarray(im.convert("RGB").crop(box).resize(size, Image.Resampling.BILINEAR), np.float32)
@@ -81,6 +87,7 @@ class EventMemory(StreamingSystem):
     declaration = Declaration("specialised", streaming=True, persistent=True, tag="reference system",
                               representation="event_tree")
     needs_writer = True
+    through_backbone = True
 
     def __init__(self, cut: float = 4.0, min_event_s: int = 4, max_event_s: int = 60, margin: float = 0.1,
                  describe_frames: int = 4, max_tokens: int = 48, top_k: int = 3, recent_frames: int = 4,
@@ -89,6 +96,7 @@ class EventMemory(StreamingSystem):
         self.cut, self.min_event_s, self.max_event_s, self.margin = cut, min_event_s, max_event_s, margin
         self.describe_frames, self.max_tokens = describe_frames, max_tokens
         self.top_k, self.recent_frames = top_k, recent_frames
+        self.events: list[asyncio.Future[tuple[Event, str | None]]] = []
 
     async def begin(self, context: SessionContext) -> None:
         self.context = context
@@ -97,11 +105,11 @@ class EventMemory(StreamingSystem):
         for session, _, kept in earlier_states(context, ".events.json"):
             self.earlier += [self._load(session, e) for e in kept["events"]]
             self.turns.read(kept)
-        self.events: list[Event] = []
+        self.events = []
+        """This session's closed events, each with its writer's error, as their descriptions are written."""
         self.open: list[Frame] = []
         self.latest: list[Frame] = []
         self.last: np.ndarray | None = None
-        self.errors: list[str] = []
 
     def _load(self, session: Session, kept: dict[str, Any]) -> Event:
         """An earlier session's event, its keyframe read from the state folder."""
@@ -123,38 +131,49 @@ class EventMemory(StreamingSystem):
         self.turns.hear(turn)
 
     async def _close(self) -> None:
-        """Close the open event: keep its middle frame and the writer's description of it."""
-        frames = self.open
-        self.open = []
+        """Close the open event: its description is written while the stream goes on."""
+        frames, self.open = self.open, []
+        self.events.append(asyncio.ensure_future(self._described(frames)))
+
+    async def _described(self, frames: list[Frame]) -> tuple[Event, str | None]:
+        """The event of ``frames``: their middle frame and the writer's description of them; and the
+        writer's error, if any."""
         shown = [frames[i] for i in uniform_indices(len(frames), self.describe_frames)]
         response = await write_about(self.context, DESCRIBE, shown, "Description:", self.max_tokens,
                                      f"event@{frames[0].label}")
-        if response.error:
-            self.errors.append(response.error)
         start, end = frames[0].wall_clock, frames[-1].wall_clock
-        self.events.append(Event(self.context.session, start, end, frames[len(frames) // 2], response.text.strip()))
+        event = Event(self.context.session, start, end, frames[len(frames) // 2], response.text.strip())
+        return event, response.error
 
-    def _write(self, state_dir: Path) -> None:
+    def _write(self, state_dir: Path, events: list[Event]) -> None:
         """The session's state files: one keyframe per event, then the events and turns."""
-        for event in self.events:
+        for event in events:
             keyframe = event.keyframe
             write_atomically(session_path(state_dir, event.session, f".{keyframe.wall_clock}.jpg"), keyframe.jpeg)
-        kept = {"events": [e.to_json() for e in self.events], "turns": self.turns.to_json()}
+        kept = {"events": [e.to_json() for e in events], "turns": self.turns.to_json()}
         write_redacted(session_path(state_dir, self.context.session, ".events.json"), kept)
 
     async def answer(self, probe: Probe) -> Answer:
         visible = set(probe.instance.visible_sessions)
-        pool = [e for e in self.earlier if e.session.key in visible] + self.events
+        earlier = [e for e in self.earlier if e.session.key in visible]
+        closed, latest, turns = list(self.events), self.latest, self.turns.shown(probe)
+        probe.state_read()  # all it shows is taken: the events closed so far, the latest frames, the turns
+        pool = earlier + [event for event, _ in await asyncio.gather(*closed)]
         chosen = [pool[i] for i in best_matches(probe.instance, [e.description for e in pool], self.top_k)]
         order = {s.key: s.index for s in probe.trajectory.sessions}
-        frames = sorted({*(e.keyframe for e in chosen), *self.latest}, key=lambda f: (order[f.session], f.offset))
+        frames = sorted({*(e.keyframe for e in chosen), *latest}, key=lambda f: (order[f.session], f.offset))
         notes = [Note(e.session, e.note(), e.end) for e in chosen if e.session != self.context.session]
-        request = probe.request(frames=frames, notes=notes, turns=self.turns.shown(probe))
+        request = probe.request(frames=frames, notes=notes, turns=turns)
         return Answer(await ask(self.context.backbone, request, probe.instance), request)
 
     async def export(self, state_dir: Path) -> dict[str, Any]:
         if self.open:
             await self._close()
-        await asyncio.to_thread(self._write, state_dir)  # each file is synced: off the loop
-        return {"events": len(self.events), "writer_errors": len(self.errors),
-                "error": self.errors[0] if self.errors else None}
+        described = await asyncio.gather(*self.events)
+        events, errors = [event for event, _ in described], [error for _, error in described if error]
+        await asyncio.to_thread(self._write, state_dir, events)  # each file is synced: off the loop
+        return {"events": len(events), "writer_errors": len(errors), "error": errors[0] if errors else None}
+
+    async def close(self) -> None:
+        for pending in self.events:  # a replay that stopped mid-session leaves no description running
+            pending.cancel()

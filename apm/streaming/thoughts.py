@@ -65,6 +65,7 @@ class ThoughtMemory(StreamingSystem):
     declaration = Declaration("specialised", streaming=True, persistent=True, tag="reference system",
                               representation="reasoning_thoughts")
     needs_writer = True
+    through_backbone = True
 
     def __init__(self, every_s: int = 10, think_frames: int = 4, max_tokens: int = 48,
                  recall: Literal["bm25", "latest"] = "bm25", top_k: int = 4, recent_frames: int = 4,

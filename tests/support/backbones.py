@@ -28,20 +28,36 @@ class SlowRandom(RandomBaseline):
 
 
 class Overlapping(RandomBaseline):
-    """The random baseline at 50 ms an answer, noting whose requests are in flight at once: ``PEAK`` holds
-    the most trajectories seen with a request in flight together (``"trajectories"``)."""
+    """The random baseline at ``delay_s`` (50 ms) an answer, noting whose requests are in flight at once: ``PEAK`` holds
+    the most trajectories seen with a request in flight together (``"trajectories"``), the most requests
+    of one trajectory (``"of_one"``) and the most sessions of one trajectory (``"sessions_of_one"``)."""
 
     IN_FLIGHT: ClassVar[Counter[str]] = spy_log(Counter())
     PEAK: ClassVar[dict[str, int]] = spy_log({})
+    SESSIONS: ClassVar[Counter[tuple[str, str]]] = spy_log(Counter())
+    ORDER: ClassVar[list[str]] = spy_log([])
+    """The trajectory of each request, in the order they were sent."""
+
+    def __init__(self, *args, delay_s: float = 0.05, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.delay_s = delay_s
+        """How long each answer takes."""
 
     async def answer_instance(self, request, instance):
         flying = Overlapping.IN_FLIGHT
         flying[instance.trajectory_id] += 1
+        Overlapping.ORDER.append(instance.trajectory_id)
         Overlapping.PEAK["trajectories"] = max(Overlapping.PEAK.get("trajectories", 0), len(+flying))
+        Overlapping.PEAK["of_one"] = max(Overlapping.PEAK.get("of_one", 0), flying[instance.trajectory_id])
+        sessions = Overlapping.SESSIONS
+        sessions[(instance.trajectory_id, instance.session)] += 1
+        of_one = sum(1 for (t, _), n in sessions.items() if t == instance.trajectory_id and n)
+        Overlapping.PEAK["sessions_of_one"] = max(Overlapping.PEAK.get("sessions_of_one", 0), of_one)
         try:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(self.delay_s)
         finally:
             flying[instance.trajectory_id] -= 1
+            sessions[(instance.trajectory_id, instance.session)] -= 1
         return await super().answer_instance(request, instance)
 
 

@@ -136,6 +136,8 @@ class LeakySpy(PixelSpy):
 class BackboneSpy(PixelSpy):
     """A spy that answers through the run's backbone, showing the latest frame it observed."""
 
+    through_backbone = True
+
     async def begin(self, context: SessionContext) -> None:
         await super().begin(context)
         self.latest: Frame | None = None
