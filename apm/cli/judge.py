@@ -22,6 +22,7 @@ from apm.judge.stage import JudgeStage, ReleaseChanged
 from apm.records.atomic import read_run_config
 from apm.records.redact import redact_logging
 from apm.records.rundir import find_runs
+from apm.records.version import FormatError
 from apm.runner.config import register
 
 
@@ -53,7 +54,7 @@ async def _main(run_dirs: list[Path], overrides: list[str], ns: argparse.Namespa
 
 @console_script("apm-judge",
                 usage=(FileNotFoundError, ReleaseError, ReleaseChanged, EndpointError, HydraException,
-                       OmegaConfBaseException))
+                       OmegaConfBaseException, FormatError))
 def main(argv: Sequence[str] | None = None) -> int:
     """Judge; every error is one line (``--debug``: the traceback), a missing path, a release or config error
     exit 2."""

@@ -15,6 +15,7 @@ from apm.errors import OneLineParser, console_script, note_skipped
 from apm.publish.report import report_run, wandb_usable
 from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sync_command
 from apm.records.atomic import OutputRefused, claim_output, replaced_output, write_json_atomically
+from apm.records.version import FormatError
 from apm.reduce.compare import compare_runs
 from apm.reduce.figures import write_figures
 from apm.reduce.load import (
@@ -156,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             said = _report(args, runs, scores, out)
         if args.wandb and runs is not None:  # after the swap: the report run's artifact is the report in place
             said += _wandb(args)
-    except (OutputRefused, MixedReleases, UnmatchedPreference) as e:
+    except (OutputRefused, MixedReleases, UnmatchedPreference, FormatError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:

@@ -40,11 +40,14 @@ from apm.judge.rubric import (
     probe_reference,
 )
 from apm.records.atomic import read_run_config
-from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
+from apm.records.jsonl import JsonlAppender, latest_records, read_folder
 from apm.records.judging import needs_judge, response_digest, signed, verifies
 from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
+from apm.records.model import JudgementLine
 from apm.records.redact import register_env_secrets
 from apm.records.rundir import RunDir
+from apm.records.select import latest_by
+from apm.records.version import FORMAT_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +175,7 @@ class JudgeStage:
                 if self.fail_fast.tripped:
                     return  # the stage is stopping: a probe still queued is not asked
                 judgement = await self._judge(rec, asks[rec["key"]])
-            out.append(judgement, supersedes=newest.get(rec["key"]))
+            out.append_line(JudgementLine, judgement, supersedes=newest.get(rec["key"]))
 
         tasks = [asyncio.ensure_future(one(r)) for r in fresh]
         try:
@@ -236,6 +239,7 @@ class JudgeStage:
         self.stats.judged += verdict is not None
         self.stats.failed += verdict is None
         return signed({
+            "format_version": FORMAT_VERSION,
             "key": rec["key"],
             "run": rec["run"],
             "judge": self.judge.name,

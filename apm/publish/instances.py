@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from apm.data.model import Candidate, Release
-from apm.publish.source import NOTE_FIELDS, Method, stamp
+from apm.publish.source import NOTE_FIELDS, Method, chosen_line
 from apm.publish.thumbnails import Thumbnails
 from apm.records.model import JudgementLine, named
 from apm.records.prompts import reader, sent_text
@@ -115,7 +115,7 @@ def instance_rows(
     rows = []
     for rec in sorted(m.records.to_dict("records"), key=lambda r: r["key"]):
         j = judged.get(rec["key"], {})
-        note = m.notes.get((m.config_hash, rec["key"], stamp(j.get("written_ns"))), {})
+        note = m.notes.get(chosen_line(m.config_hash, j), {}) if j else {}
         frames = plain(rec["frames"]) or []
         wanted = thumbnails is not None and frames and (all_frames or wrong_or_failed(rec))
         cells = {
@@ -141,7 +141,7 @@ def judgement_rows(m: Method) -> list[list[Any]]:
     and issues as JSON)."""
     rows = []
     for j in sorted(m.judgements.to_dict("records"), key=lambda j: j["key"]):
-        note = m.notes.get((m.config_hash, j["key"], stamp(j.get("written_ns"))), {})
+        note = m.notes.get(chosen_line(m.config_hash, j), {})
         cells = {**j, **{k: v if isinstance(v, str | None) else json.dumps(v) for k, v in note.items()}}
         rows.append([plain(cells.get(c)) for c in JUDGEMENT_COLUMNS])
     return rows

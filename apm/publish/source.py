@@ -4,7 +4,7 @@ of its run directory (the source of truth), its ``config.json`` and the judges' 
 from __future__ import annotations
 
 import json
-import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,11 +14,12 @@ import pandas as pd
 from apm.records.lines import read_lines
 from apm.records.model import JudgementLine, named
 from apm.records.rundir import RunDir
+from apm.records.select import REVISION, STAMP, LineId, line_id, row_id
 from apm.reduce import load_runs, score_table
 from apm.reduce.units import unit_views
 
-JudgeNotes = dict[tuple[str, str, float | None], dict[str, Any]]
-"""The free text of judgement lines, by (config hash, key, write stamp)."""
+JudgeNotes = dict[LineId, dict[str, Any]]
+"""The free text of judgement lines, by :data:`~apm.records.select.LineId`."""
 NOTE_FIELDS = named(JudgementLine, "justification", "criterion_checks", "critical_issues")
 
 
@@ -57,20 +58,19 @@ def saved_config(run_dir: Path) -> dict[str, Any]:
     return saved if isinstance(saved, dict) else {}
 
 
-def stamp(value: Any) -> float | None:
-    """A write stamp as the reducer's frames hold it (float64), None when absent."""
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-
-
 def judge_notes(run_dir: Path) -> JudgeNotes:
     """Justification, criterion checks and critical issues of every usable judgement line of a run dir;
-    of lines sharing a key and stamp, the one read last (the reducer's rule)."""
+    of lines the rule cannot tell apart (:mod:`apm.records.select`), the one read last, as in the reducer."""
     notes: JudgeNotes = {}
     for path in RunDir(run_dir).files("judgements"):
         for line in read_lines(path, "judgements"):
-            config_hash = str((line.get("run") or {}).get("config_hash"))
-            notes[(config_hash, line["key"], stamp(line.get("written_ns")))] = {f: line.get(f) for f in NOTE_FIELDS}
+            notes[line_id(line)] = {f: line.get(f) for f in NOTE_FIELDS}
     return notes
+
+
+def chosen_line(config_hash: str, judgement: Mapping[str, Any]) -> LineId:
+    """The line behind a selected judgement (a row of :attr:`Method.judgements` as a dict)."""
+    return row_id(config_hash, judgement["key"], judgement[REVISION], judgement[STAMP])
 
 
 def run_blocks(run_dir: Path, hashes: set[str]) -> dict[str, dict[str, Any]]:

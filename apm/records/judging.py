@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from apm.data.tasks import ADAPTIVE
-from apm.records.jsonl import REVISION, STAMP
 from apm.records.redact import may_redact_json, redact_data
+from apm.records.select import REVISION, STAMP
 
 CONTENT = "content_sha256"
 """The judgement line's own digest (:func:`content_digest`)."""

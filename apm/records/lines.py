@@ -28,6 +28,7 @@ import msgspec
 import orjson
 
 from apm.records.model import InstanceRecord, JudgementLine, Latency, field_names, values
+from apm.records.version import FIELD, FormatError, Version, is_current, migrate, migrate_run, refusal, typed_defaults
 
 Kind = Literal["records", "memory", "judgements", "any"]
 Line = dict[str, Any]
@@ -135,12 +136,13 @@ def _judge_score(line: Line) -> str | None:
 
 
 _BOOLEAN = (True, False)
+_VERSION = _field(FIELD, is_current, "a format version this apm reads", Version)
 _STAMP = _field("written_ns", _is_count, "a non-negative integer", Count)
 _REVISION = _field("revision", _is_count, "a non-negative integer", Count)
 
 CHECKS: dict[Kind, tuple[Check, ...]] = {
     "records": (
-        _text("key", optional=False), _run, _one_of("task", values(InstanceRecord, "task"), optional=False),
+        _VERSION, _text("key", optional=False), _run, _one_of("task", values(InstanceRecord, "task"), optional=False),
         _text("trajectory_id", optional=False), _text("candidate_id", optional=False), _text("family"),
         *(_one_of(name, values(InstanceRecord, name)) for name in ("polarity", "parse_status", "decision")),
         _text("answer"), _text("output"), _text("error"),
@@ -148,12 +150,12 @@ CHECKS: dict[Kind, tuple[Check, ...]] = {
         _text("original_candidate_id"), _latency, _STAMP, _REVISION,
     ),
     "judgements": (
-        _text("key", optional=False), _run, _text("judge", optional=False),
+        _VERSION, _text("key", optional=False), _run, _text("judge", optional=False),
         _one_of("status", values(JudgementLine, "status"), optional=False), _judge_score, _text("response_sha256"),
         _text("rubric_version"), _text("judge_model"), _text("failure"), _STAMP, _REVISION,
     ),
     "memory": (
-        _run, _text("trajectory_id", optional=False), _text("day_id", optional=False),
+        _VERSION, _run, _text("trajectory_id", optional=False), _text("day_id", optional=False),
         _text("session_id", optional=False), _field("session_index", _is_count, "an index", Count, False),
         _field("bytes", _is_count, "a byte count", Count, False),
         _field("prior_hours", lambda v: _is_number(v) and v >= 0, "hours ≥ 0", Annotated[float, msgspec.Meta(ge=0)],
@@ -162,7 +164,19 @@ CHECKS: dict[Kind, tuple[Check, ...]] = {
     ),
     "any": (),
 }
-"""What each kind of line must satisfy to be read (docs/records.md, "Reading lines")."""
+"""What each kind of line must satisfy to be read, once :func:`current` (docs/records.md, "Reading lines")."""
+
+
+def current(value: Any, kind: Kind, where: str) -> Any:
+    """A decoded line (at ``where``: ``file:line``) in the current format: migrated when it has no
+    ``format_version`` (:func:`apm.records.version.migrate`); a line of a later version raises
+    :class:`~apm.records.version.FormatError`, naming ``where`` (no reader may mistake its fields)."""
+    if not isinstance(value, dict):
+        return value
+    reason = refusal(value.get(FIELD), where)
+    if reason is not None:
+        raise FormatError(reason)
+    return migrate(value, kind)
 
 
 def problem(line: Any, kind: Kind) -> str | None:
@@ -175,7 +189,8 @@ def problem(line: Any, kind: Kind) -> str | None:
 def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> Iterator[Line]:
     """The usable lines of one JSONL file; each other line is appended to ``skipped`` (if given).
 
-    An unterminated last line is a write in progress or a crash mid-write: skipped like the rest.
+    An unterminated last line is a write in progress or a crash mid-write: skipped like the rest. Each line
+    is read in the current format (:func:`current`: a line of a later format version is refused).
     """
     for number, raw in _numbered(_contents(path, skipped)):
         if raw is None:
@@ -186,6 +201,7 @@ def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> 
             except orjson.JSONDecodeError:
                 reason = "not valid JSON (or not UTF-8)"
             else:
+                value = current(value, kind, f"{path}:{number}")
                 reason = problem(value, kind)
         if reason is None:
             yield value
@@ -308,12 +324,12 @@ def _passes(line: TypedLine, kind: Kind) -> bool:
     return all(ok(*(getattr(line, name) for name in reads)) for reads, ok in _after_decoding(kind))
 
 
-def _checked(raw: bytes, kind: Kind, line_type: type[TypedLine]) -> TypedLine | str:
+def _checked(raw: bytes, kind: Kind, line_type: type[TypedLine], where: str) -> TypedLine | str:
     """A line :func:`read_lines` would use, as a typed line, or why it would not (in the words of
     :data:`CHECKS`): decoded as a dict and checked, for the few lines the typed decoder alone cannot settle.
     Its fields are the dict's values as they are (an integer stays one where the typed decoder gives a float)."""
     try:
-        value = orjson.loads(raw)
+        value = current(orjson.loads(raw), kind, where)
     except orjson.JSONDecodeError:
         return "not valid JSON (or not UTF-8)"
     reason = problem(value, kind)
@@ -345,7 +361,7 @@ def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[
             found: tuple[TypedLine, int] | str = UNTERMINATED
         else:
             by_dict = number in beyond or not _is_utf8(raw)
-            found = _decoded(raw, kind, line_type, blocks, out.runs, by_dict)
+            found = _decoded(raw, kind, line_type, blocks, out.runs, by_dict, f"{path}:{number}")
         if isinstance(found, str):
             if skipped is not None:
                 skipped.append(Skipped(path, number, found))
@@ -381,6 +397,7 @@ def _all_typed(data: bytes, kind: Kind, line_type: type[TypedLine],
     for reads, ok in _after_decoding(kind):
         if not all(map(ok, *(map(operator.attrgetter(name), typed) for name in reads))):
             return None
+    _migrate_typed(typed, kind, line_type)
     run_of = cast(list[int], list(map(index.__getitem__, blocks)))
     return TypedLines(typed, runs, run_of, lines if keep_raw else []), torn
 
@@ -447,7 +464,7 @@ def _is_utf8(raw: bytes) -> bool:
 
 
 def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[bytes, int | None],
-             runs: list[dict[str, Any]], by_dict: bool) -> tuple[TypedLine, int] | str:
+             runs: list[dict[str, Any]], by_dict: bool, where: str) -> tuple[TypedLine, int] | str:
     """One line as a typed line and the index of its ``run`` block in ``runs`` (``blocks``: the index of
     each distinct block seen in the file, None for an unusable one), or why it is unusable. The typed
     decoder settles a line it accepts whose run block and :func:`_after_decoding` checks pass; the dict
@@ -464,16 +481,31 @@ def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[by
                 blocks[block] = _run_index(block, runs)
             index = blocks[block]
             if index is not None and _passes(typed, kind):
+                _migrate_typed([typed], kind, line_type)
                 return typed, index
-    checked = _checked(raw, kind, line_type)
+    checked = _checked(raw, kind, line_type, where)
     if isinstance(checked, str):
         return checked
     block = bytes(checked.run)  # a run block that passed CHECKS, so never one recorded as unusable
     index = blocks.get(block)
     if index is None:
-        runs.append(orjson.loads(block))
+        runs.append(migrate_run(orjson.loads(block)))
         index = blocks[block] = len(runs) - 1
     return checked, index
+
+
+def _migrate_typed(lines: list[Any], kind: Kind, line_type: type[TypedLine]) -> None:
+    """Typed lines as :func:`apm.records.version.migrate` leaves them: on each without ``format_version``,
+    the fields it decodes whose absence meant a value (:func:`apm.records.version.typed_defaults`; every
+    other absent field decodes as null, what its absence meant) set to it where null."""
+    defaults = typed_defaults(kind, line_type.__struct_fields__)
+    if not defaults:
+        return
+    for line in lines:
+        if line.format_version is None:
+            for name, default in defaults.items():
+                if getattr(line, name) is None:
+                    setattr(line, name, default)
 
 
 def _run_index(block: bytes, runs: list[dict[str, Any]]) -> int | None:
@@ -484,5 +516,5 @@ def _run_index(block: bytes, runs: list[dict[str, Any]]) -> int | None:
         return None
     if _run({"run": run}) is not None:
         return None
-    runs.append(run)
+    runs.append(migrate_run(run))  # a block of a line without format_version as migrate leaves it (else as it is)
     return len(runs) - 1

@@ -2,7 +2,8 @@
 
 A path may be one run dir or any folder above several (a sweep): every ``records/*.jsonl``,
 ``judgements/*.jsonl`` and ``memory/*.jsonl`` below it is read, so shards of a config concatenate;
-for duplicate keys the newest line wins (greatest ``revision``, then ``written_ns``), whatever file it is in.
+for duplicate keys the newest line wins (greatest ``revision``, then ``written_ns``), whatever file it is in,
+chosen by :mod:`apm.records.select` on the integers as written.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from apm.records.judging import judged, response_digest, sorted_json, verifies
 from apm.records.lines import Kind, Skipped, TypedLines, read_typed
 from apm.records.model import InstanceRecord, JudgementLine, MemoryLine, RunBlock, named
 from apm.records.rundir import RunDir, find_runs
+from apm.records.select import REVISION, STAMP, newest_rows, position
 from apm.reduce.coverage import PlanFile, read_plans
 
 METHOD = ["dataset", "memory", "backbone", "config_hash"]
@@ -324,22 +326,24 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
         out[c] = out[c].astype("category")
     for c in out.columns.intersection(_BOOLEAN):
         out[c] = out[c].astype("boolean")
-    for c in out.columns.intersection(["ttft_s", "total_s", "rtf", "score", "bytes", "fast_weight_bytes", "prior_hours",
-                                          "written_ns", "revision"]):
+    timings = ["ttft_s", "total_s", "rtf", "score", "bytes", "fast_weight_bytes", "prior_hours"]
+    for c in out.columns.intersection(timings):
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
+    for c in out.columns.intersection([REVISION, STAMP]):  # integers, as the rule compares them (never float64)
+        out[c] = np.fromiter(map(position, out[c]), dtype=np.uint64, count=len(out))
     return out
 
 
-def in_write_order(df: pd.DataFrame) -> pd.DataFrame:
-    """Lines oldest first (docs/records.md, "Which line of a key wins"): by ``revision`` (none: 0), then
-    ``written_ns`` (none: before any), the order read breaking full ties."""
-    order = df.assign(_revision=df["revision"].fillna(0))
-    return order.sort_values(["_revision", "written_ns"], kind="stable", na_position="first").drop(columns="_revision")
+def _newest_rows(df: pd.DataFrame, keys: Sequence[str], preferred: pd.Series | None = None) -> list[int]:
+    """The positions of the rows :func:`apm.records.select.newest_rows` chooses, one per ``keys``."""
+    key_of = zip(*(df[k].tolist() for k in keys))
+    return newest_rows(key_of, df[REVISION].tolist(), df[STAMP].tolist(),
+                       None if preferred is None else preferred.tolist())
 
 
 def latest(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """One row per ``keys``: the newest line (:func:`in_write_order`) wins."""
-    return in_write_order(df).drop_duplicates(list(keys), keep="last").sort_index().reset_index(drop=True)
+    """One row per ``keys``: the newest line (docs/records.md, "Which line of a key wins") wins."""
+    return df.iloc[_newest_rows(df, keys)].reset_index(drop=True)
 
 
 def _concat(kind: Kind, fields: Sequence[Field], files: Sequence[Path],
@@ -445,10 +449,7 @@ def _selected(df: pd.DataFrame, judge: str | None, rubric_version: str | None,
         wanted &= df["judge"].astype("str") == judge
     if rubric_version is not None:
         wanted &= df["rubric_version"].astype("str") == str(rubric_version)
-    stamped = in_write_order(df)
-    ordered = stamped.assign(_wanted=wanted.fillna(False)).sort_values("_wanted", kind="stable")
-    last = ordered.drop_duplicates(["config_hash", "key"], keep="last").drop(columns="_wanted")
-    return last.sort_index().reset_index(drop=True)
+    return df.iloc[_newest_rows(df, ["config_hash", "key"], wanted.fillna(False))].reset_index(drop=True)
 
 
 class UnmatchedPreference(ValueError):

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apm.records.jsonl import latest_by, read_folder, read_jsonl
+from apm.records.jsonl import read_folder, read_jsonl
 from apm.records.rundir import RunDir, find_runs
+from apm.records.select import latest_by
 from apm.runner import ledger
 from apm.scale import scheduler
 
