@@ -103,7 +103,7 @@ def test_both_readers_migrate_alike(tmp_path: Path) -> None:
     typed = read_typed(path, "memory", ("fast_weight_bytes",))
     assert line["fast_weight_bytes"] == typed.lines[0].fast_weight_bytes == 0
     assert typed.lines[0].written_ns == line["written_ns"] == 0
-    assert typed.runs[0]["code"] is None and "code" in typed.runs[0]
+    assert typed.runs[typed.run_of[0]] == line["run"] and "code" in line["run"]
     assert load_memory([tmp_path])["fast_weight_bytes"].tolist() == [0.0]
 
 

@@ -102,3 +102,16 @@ def test_the_reducer_and_the_line_readers_apply_one_rule() -> None:
     kept = latest(table.assign(n=range(len(cases))), ["key"])
     assert dict(zip(kept["key"], kept["n"])) == by_lines
     assert line_id(lines[14]) == ("h", "h", 1, NEWER) != line_id(lines[15])
+
+
+def test_a_line_without_a_stamp_leaves_the_others_integers(tmp_path: Path) -> None:
+    """A file whose stamps are integers and null (a line from before stamps) is still read as integers: a frame
+    built from such a column would make it float64, and the two lines a nanosecond apart would tie again."""
+    base = fixtures.record("ER", "C1")
+    lines = [
+        {**base, "attempts": 2, STAMP: NEWER},
+        {**base, "attempts": 1, STAMP: OLDER},
+        {**fixtures.record("ER", "C2"), STAMP: None},
+    ]
+    records = load_records([fixtures.write_run(tmp_path / "run", lines)], detail=True)
+    assert records["attempts"].tolist() == [2, 1] and records[STAMP].tolist() == [NEWER, 0]

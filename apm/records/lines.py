@@ -113,7 +113,7 @@ def _run(line: Line) -> str | None:
     release = run.get("release_fingerprint")
     bad += ["release_fingerprint"] if release is not None and (not isinstance(release, str) or not release) else []
     bad += [k for k in parts if run.get(k) is not None and not isinstance(run[k], dict)]
-    choices = run.get("choices") or {}
+    choices = run["choices"] if isinstance(run.get("choices"), dict) else {}
     bad += [f"choices.{k}" for k, v in choices.items() if v is not None and not isinstance(v, str)]
     return f"run.{bad[0]}: missing or of the wrong type" if bad else None
 
@@ -356,12 +356,13 @@ def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[
         return out
     out = TypedLines()
     blocks: dict[bytes, int | None] = {}
+    copies: dict[int, int] = {}
     for number, raw in _numbered(data):
         if raw is None:
             found: tuple[TypedLine, int] | str = UNTERMINATED
         else:
             by_dict = number in beyond or not _is_utf8(raw)
-            found = _decoded(raw, kind, line_type, blocks, out.runs, by_dict, f"{path}:{number}")
+            found = _decoded(raw, kind, line_type, (blocks, copies), out.runs, by_dict, f"{path}:{number}")
         if isinstance(found, str):
             if skipped is not None:
                 skipped.append(Skipped(path, number, found))
@@ -399,6 +400,11 @@ def _all_typed(data: bytes, kind: Kind, line_type: type[TypedLine],
             return None
     _migrate_typed(typed, kind, line_type)
     run_of = cast(list[int], list(map(index.__getitem__, blocks)))
+    if FIELD in line_type.__struct_fields__:
+        copies: dict[int, int] = {}
+        versions = list(map(operator.attrgetter(FIELD), typed))
+        if None in versions:
+            run_of = [i if v is not None else _migrated_block(i, runs, copies) for v, i in zip(versions, run_of)]
     return TypedLines(typed, runs, run_of, lines if keep_raw else []), torn
 
 
@@ -463,13 +469,15 @@ def _is_utf8(raw: bytes) -> bool:
     return True
 
 
-def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[bytes, int | None],
+def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], seen: tuple[dict[bytes, int | None], dict[int, int]],
              runs: list[dict[str, Any]], by_dict: bool, where: str) -> tuple[TypedLine, int] | str:
-    """One line as a typed line and the index of its ``run`` block in ``runs`` (``blocks``: the index of
-    each distinct block seen in the file, None for an unusable one), or why it is unusable. The typed
+    """One line as a typed line and the index of its ``run`` block in ``runs`` (``seen``: the index of each
+    distinct block seen in the file, None for an unusable one, and of each block's migrated copy,
+    :func:`_migrated_block`), or why it is unusable. The typed
     decoder settles a line it accepts whose run block and :func:`_after_decoding` checks pass; the dict
     path (:func:`_checked`) settles every other line, and every line when ``by_dict`` (one the typed
     decoder may accept and orjson not)."""
+    blocks, copies = seen
     if not by_dict:
         try:
             typed = _decoder(line_type).decode(raw)
@@ -482,14 +490,15 @@ def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[by
             index = blocks[block]
             if index is not None and _passes(typed, kind):
                 _migrate_typed([typed], kind, line_type)
-                return typed, index
+                migrated = getattr(typed, FIELD, 1) is None
+                return typed, _migrated_block(index, runs, copies) if migrated else index
     checked = _checked(raw, kind, line_type, where)
     if isinstance(checked, str):
         return checked
     block = bytes(checked.run)  # a run block that passed CHECKS, so never one recorded as unusable
     index = blocks.get(block)
     if index is None:
-        runs.append(migrate_run(orjson.loads(block)))
+        runs.append(orjson.loads(block))  # a line without format_version: its block already migrated (current)
         index = blocks[block] = len(runs) - 1
     return checked, index
 
@@ -516,5 +525,17 @@ def _run_index(block: bytes, runs: list[dict[str, Any]]) -> int | None:
         return None
     if _run({"run": run}) is not None:
         return None
-    runs.append(migrate_run(run))  # a block of a line without format_version as migrate leaves it (else as it is)
+    runs.append(run)
     return len(runs) - 1
+
+
+def _migrated_block(index: int, runs: list[dict[str, Any]], copies: dict[int, int]) -> int:
+    """The index in ``runs`` of block ``runs[index]`` as :func:`apm.records.version.migrate_run` leaves it, for
+    a line without ``format_version``: the same index where migrating changes nothing, else a copy appended
+    once per block (``copies``); the block stays as it is for the file's other lines."""
+    if index not in copies:
+        migrated = migrate_run(runs[index])
+        copies[index] = index if migrated == runs[index] else len(runs)
+        if copies[index] != index:
+            runs.append(migrated)
+    return copies[index]

@@ -69,9 +69,10 @@ def is_current(version: Any) -> bool:
 
 
 def refusal(version: Any, where: str) -> str | None:
-    """Why a line of ``format_version`` ``version`` is refused (at ``where``: ``file:line``), or None when it
-    is read: as it is (a current version), after :func:`migrate` (none) or skipped as damaged (not an integer)."""
-    if version is None or is_current(version) or not isinstance(version, int) or isinstance(version, bool):
+    """Why a line of ``format_version`` ``version`` is refused (at ``where``: ``file:line``): a later version
+    than this code's; None when it is read: as it is (a current version), after :func:`migrate` (none) or
+    skipped as damaged (not an integer, or not a version ever written: below 1)."""
+    if not isinstance(version, int) or isinstance(version, bool) or version <= FORMAT_VERSION:
         return None
     return (
         f"{where}: format_version {version} is not one this apm reads (it reads {FORMAT_VERSION} and lines "

@@ -245,11 +245,18 @@ def _frame(typed: TypedLines, fields: Sequence[Field], saved_release: Callable[[
             saved = saved_release()
             derived[[value is None for value in derived]] = saved
         columns[name] = _per_block(derived, run_of)
-    columns |= _columns(typed.lines, fields)
+    columns |= {name: _order_column(values) if name in (REVISION, STAMP) else values
+                for name, values in _columns(typed.lines, fields).items()}
     if typed.raw:
         run_texts = [sorted_json(run) for run in typed.runs]  # each block's once, for every line's digest
         columns[VERIFIED] = [_verifies(raw, run_texts[block]) for raw, block in zip(typed.raw, typed.run_of)]
     return pd.DataFrame(columns)
+
+
+def _order_column(values: Sequence[int | None]) -> np.ndarray:
+    """A ``revision`` or ``written_ns`` column as the integers :mod:`apm.records.select` compares (null: 0),
+    never through float64 (a column of integers and nulls would become one)."""
+    return np.fromiter(map(position, values), dtype=np.uint64, count=len(values))
 
 
 def _columns(lines: list[Any], fields: Sequence[Field]) -> dict[str, list[Any]]:
@@ -330,7 +337,7 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     for c in out.columns.intersection(timings):
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
     for c in out.columns.intersection([REVISION, STAMP]):  # integers, as the rule compares them (never float64)
-        out[c] = np.fromiter(map(position, out[c]), dtype=np.uint64, count=len(out))
+        out[c] = _order_column(out[c].tolist())
     return out
 
 
