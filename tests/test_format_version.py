@@ -13,7 +13,8 @@ import pytest
 
 from apm.cli import reduce as apm_reduce
 from apm.records.declaration import Declaration
-from apm.records.jsonl import JsonlAppender
+from apm.records.jsonl import JsonlAppender, read_folder
+from apm.records.judging import signed, verifies
 from apm.records.lines import Skipped, read_lines, read_typed
 from apm.records.model import (
     MODELS,
@@ -31,7 +32,7 @@ from apm.records.model import (
     json_schema,
 )
 from apm.records.version import FORMAT_VERSION, FormatError
-from apm.reduce.load import load_memory, load_records
+from apm.reduce.load import load_judgements, load_memory, load_records
 from apm.testing import fixtures
 
 OLD_RUN = {
@@ -157,3 +158,29 @@ def test_a_line_is_written_from_its_model_object(tmp_path: Path) -> None:
     assert line == written == as_line(built(InstanceRecord, line))
     assert built(InstanceRecord, line).run.declarations.memory == Declaration("general", False, True)  # type: ignore
     assert list(line) == [f.name for f in fields(InstanceRecord)]
+
+
+def test_a_judgement_without_a_version_still_verifies_as_written(tmp_path: Path) -> None:
+    """Migration fills what the line lacks, but its content digest covers the line as written: the reducer and
+    the judge verify it as written (a judge's line of today has no ``format_version`` and a run block without
+    ``declarations.writer``, which migration adds), so no judgement on record is lost by reading it."""
+    rec = {
+        **fixtures.record(
+            "RCR",
+            "C1",
+            probe="pos",
+            polarity="positive",
+            decision="INTERVENE",
+            answer=None,
+            correct=None,
+            correct_option=None,
+            gate_pass=True,
+        ),
+        "run": OLD_RUN,
+    }
+    written = {k: v for k, v in fixtures.judgement(rec, 4).items() if k not in ("format_version", "content_sha256")}
+    fixtures.write_run(tmp_path, [rec], [signed(written)])
+    judgements = load_judgements([tmp_path])
+    assert judgements["score"].tolist() == [4.0]
+    (line,) = read_folder(tmp_path / "judgements", as_written=True)
+    assert verifies(line) and not verifies(next(read_folder(tmp_path / "judgements")))

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from apm.publish.source import chosen_line, read_methods
 from apm.records.select import REVISION, STAMP, latest_by, line_id
-from apm.reduce.load import latest, load_judgements, load_records
+from apm.reduce.load import _typed, latest, load_judgements, load_records
 from apm.testing import fixtures
 from apm.view.collect import ViewedRun, _lines, chosen, chosen_records
 
@@ -97,8 +98,9 @@ def test_the_reducer_and_the_line_readers_apply_one_rule() -> None:
     ]
     by_lines = {k: v["n"] for k, v in latest_by(lines, lambda line: line["key"]).items()}
     assert by_lines == {"a": 0, "b": 3, "c": 5, "d": 6, "e": 9, "f": 11, "g": 13, "h": 14}
-    columns = {"key": [k for k, _, _ in cases], STAMP: [s for _, s, _ in cases], REVISION: [r for _, _, r in cases]}
-    table = pd.DataFrame({name: pd.Series(values, dtype=object) for name, values in columns.items()})  # as read
+    as_read = {"key": [k for k, _, _ in cases], STAMP: [s for _, s, _ in cases], REVISION: [r for _, _, r in cases]}
+    table = _typed(pd.DataFrame({name: pd.Series(values, dtype=object) for name, values in as_read.items()}))
+    assert table[STAMP].dtype == table[REVISION].dtype == np.uint64
     kept = latest(table.assign(n=range(len(cases))), ["key"])
     assert dict(zip(kept["key"], kept["n"])) == by_lines
     assert line_id(lines[14]) == ("h", "h", 1, NEWER) != line_id(lines[15])

@@ -160,7 +160,7 @@ class JudgeStage:
     async def _judge_dir(self, run_dir: Path, todo: list[dict[str, Any]], asks: dict[str, Request],
                          sem: asyncio.Semaphore) -> None:
         """Judge the probes of ``todo`` that no verified judgement on record answers."""
-        lines = list(read_folder(RunDir(run_dir).judgements))
+        lines = list(read_folder(RunDir(run_dir).judgements, as_written=True))  # as its content digest covers them
         done, newest = self._verified(lines), latest_by(lines, lambda j: j["key"])
         fresh = [r for r in todo if self._identity(r, asks[r["key"]]) not in done]
         self.stats.cached += len(todo) - len(fresh)

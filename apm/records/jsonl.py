@@ -40,23 +40,25 @@ def write_stamp() -> int:
         return _last_stamp
 
 
-def read_jsonl(path: Path, kind: Kind = "any") -> Iterator[dict[str, Any]]:
-    """The usable ``kind`` lines of ``path`` (:func:`apm.records.lines.read_lines`): a torn last line
-    is a write in progress and passes silently; any other unusable line is logged, never raised."""
+def read_jsonl(path: Path, kind: Kind = "any", as_written: bool = False) -> Iterator[dict[str, Any]]:
+    """The usable ``kind`` lines of ``path`` (:func:`apm.records.lines.read_lines`, ``as_written`` as there):
+    a torn last line is a write in progress and passes silently; any other unusable line is logged, never
+    raised."""
     skipped: list[Skipped] = []
-    yield from read_lines(path, kind, skipped)
+    yield from read_lines(path, kind, skipped, as_written)
     bad = [s for s in skipped if not s.reason.startswith("unterminated")]
     if bad:
         log.warning("%s: skipped %d unusable line(s); first: %s", path, len(bad), bad[0])
 
 
-def read_folder(folder: Path, kind: Kind | None = None) -> Iterator[dict[str, Any]]:
+def read_folder(folder: Path, kind: Kind | None = None, as_written: bool = False) -> Iterator[dict[str, Any]]:
     """Every usable line of every ``*.jsonl`` in ``folder``, file by file in name order; ``kind``
-    defaults to the folder's name (``records``, ``memory``, ``judgements``)."""
+    defaults to the folder's name (``records``, ``memory``, ``judgements``); ``as_written`` as
+    :func:`apm.records.lines.read_lines` takes it."""
     if folder.is_dir():
         checked: Kind = kind or (folder.name if folder.name in CHECKS else "any")
         for path in sorted(folder.glob("*.jsonl")):
-            yield from read_jsonl(path, checked)
+            yield from read_jsonl(path, checked, as_written)
 
 
 class JsonlAppender:

@@ -186,11 +186,13 @@ def problem(line: Any, kind: Kind) -> str | None:
     return next((reason for check in CHECKS[kind] if (reason := check(line))), None)
 
 
-def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> Iterator[Line]:
+def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None, as_written: bool = False,
+               ) -> Iterator[Line]:
     """The usable lines of one JSONL file; each other line is appended to ``skipped`` (if given).
 
     An unterminated last line is a write in progress or a crash mid-write: skipped like the rest. Each line
-    is read in the current format (:func:`current`: a line of a later format version is refused).
+    is read in the current format (:func:`current`: a line of a later format version is refused), or with
+    ``as_written`` as it is (still refused for a later version): what a judgement's content digest covers.
     """
     for number, raw in _numbered(_contents(path, skipped)):
         if raw is None:
@@ -201,7 +203,7 @@ def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> 
             except orjson.JSONDecodeError:
                 reason = "not valid JSON (or not UTF-8)"
             else:
-                value = current(value, kind, f"{path}:{number}")
+                value = current(value, "any" if as_written else kind, f"{path}:{number}")
                 reason = problem(value, kind)
         if reason is None:
             yield value

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
+import numpy as np
+
 STAMP = "written_ns"
 """The write stamp on every line: nanoseconds since the epoch, strictly increasing within a process."""
 REVISION = "revision"
@@ -53,18 +55,19 @@ def newest(keys: Iterable[K], orders: Iterable[tuple[Any, ...]]) -> dict[K, int]
     return won
 
 
-def newest_rows(
-    keys: Iterable[K],
-    revisions: Iterable[int | None],
-    stamps: Iterable[int | None],
-    preferred: Iterable[bool] | None = None,
-) -> list[int]:
-    """The rows (indices, ascending) that win, one per key, of columns of keys, revisions and stamps; with
-    ``preferred`` (a judgement of the judge or rubric asked for), a preferred line wins over any other first."""
-    orders: Iterable[tuple[Any, ...]] = zip(map(position, revisions), map(position, stamps))
-    if preferred is not None:
-        orders = ((bool(p), *o) for p, o in zip(preferred, orders, strict=True))
-    return sorted(newest(keys, orders).values())
+def newest_rows(key_codes: np.ndarray, revisions: np.ndarray, stamps: np.ndarray,
+                preferred: np.ndarray | None = None) -> np.ndarray:
+    """The rows (positions, ascending) that win, one per key, of a table's columns: each row's key as an
+    integer code, its revision and stamp as integers (a missing one as :func:`position` reads it); with
+    ``preferred`` (a judgement of the judge or rubric asked for), a preferred row wins over any other first.
+    :func:`newest`'s rule on whole columns: sorted by key, then preference, revision, stamp and position
+    (a full tie: the later row), the last row of each key wins."""
+    position_of = np.arange(len(key_codes))
+    columns = [position_of, stamps, revisions] + ([] if preferred is None else [preferred]) + [key_codes]
+    order = np.lexsort(columns)
+    ordered = key_codes[order]
+    last = np.append(ordered[1:] != ordered[:-1], True) if len(order) else np.zeros(0, dtype=bool)
+    return np.sort(order[last])
 
 
 def latest_by(lines: Iterable[Mapping[str, Any]], key: Callable[[Any], K]) -> dict[K, Any]:

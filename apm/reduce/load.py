@@ -281,13 +281,15 @@ def _inner(blocks: list[Any], name: str) -> list[Any]:
 
 
 def _verifies(raw: bytes, run_text: str) -> bool:
-    """Whether a judgement line verifies (:func:`apm.records.judging.verifies`, given its run block's
-    ``run_text``) on the dict the judge's own reader sees; a line orjson cannot read does not (read_typed
-    leaves every line orjson refuses to the dict path, which skips it; a reducer never raises on a line)."""
+    """Whether a judgement line verifies (:func:`apm.records.judging.verifies`) as written: given its run
+    block's ``run_text``, else (the block read is the migrated one of a line without ``format_version``, not
+    the one written) from the line alone; a line orjson cannot read does not (read_typed leaves every line
+    orjson refuses to the dict path, which skips it; a reducer never raises on a line)."""
     try:
-        return verifies(orjson.loads(raw), run_text)
+        line = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return False
+    return verifies(line, run_text) or verifies(line)
 
 
 def _per_block(values: np.ndarray, run_of: np.ndarray) -> pd.Categorical:
@@ -337,15 +339,15 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     for c in out.columns.intersection(timings):
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
     for c in out.columns.intersection([REVISION, STAMP]):  # integers, as the rule compares them (never float64)
-        out[c] = _order_column(out[c].tolist())
+        out[c] = out[c] if out[c].dtype == np.uint64 else _order_column(out[c].tolist())
     return out
 
 
-def _newest_rows(df: pd.DataFrame, keys: Sequence[str], preferred: pd.Series | None = None) -> list[int]:
+def _newest_rows(df: pd.DataFrame, keys: Sequence[str], preferred: pd.Series | None = None) -> np.ndarray:
     """The positions of the rows :func:`apm.records.select.newest_rows` chooses, one per ``keys``."""
-    key_of = zip(*(df[k].tolist() for k in keys))
-    return newest_rows(key_of, df[REVISION].tolist(), df[STAMP].tolist(),
-                       None if preferred is None else preferred.tolist())
+    codes = df.groupby(list(keys), observed=True, sort=False, dropna=False).ngroup().to_numpy()
+    wanted = None if preferred is None else preferred.to_numpy(dtype=bool)
+    return newest_rows(codes, df[REVISION].to_numpy(dtype=np.uint64), df[STAMP].to_numpy(dtype=np.uint64), wanted)
 
 
 def latest(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
