@@ -80,4 +80,5 @@ def verifies(judgement: Mapping[str, Any], run_text: str | None = None) -> bool:
     """Whether a judgement line is as the judge wrote it: its content digest matches its fields (an edited
     score, digest or status, or a line without a digest, does not verify and is never used); ``run_text``
     as :func:`content_digest` takes it."""
-    return judgement.get(CONTENT) == content_digest(judgement, run_text)
+    claimed = judgement.get(CONTENT)
+    return claimed is not None and claimed == content_digest(judgement, run_text)

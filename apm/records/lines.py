@@ -307,6 +307,14 @@ class TypedLines:
     run_of: list[int] = field(default_factory=list)
     raw: list[bytes] = field(default_factory=list)
     """Each line's bytes, when asked for (``keep_raw``: a judgement's digest covers the whole line)."""
+    written: dict[int, int] = field(default_factory=dict)
+    """Of a block in ``runs`` that is the migrated copy of another (lines without ``format_version``,
+    :func:`_migrated_block`), the index of the block as written."""
+
+    def written_run(self, index: int) -> int:
+        """The index in ``runs`` of line ``index``'s ``run`` block as written (before any migration)."""
+        block = self.run_of[index]
+        return self.written.get(block, block)
 
 
 @functools.cache
@@ -373,6 +381,7 @@ def read_typed(path: Path, kind: Kind, extra: Sequence[str] = (), skipped: list[
         out.run_of.append(found[1])
         if keep_raw and raw is not None:
             out.raw.append(raw)
+    out.written = _written(copies)
     return out
 
 
@@ -402,12 +411,17 @@ def _all_typed(data: bytes, kind: Kind, line_type: type[TypedLine],
             return None
     _migrate_typed(typed, kind, line_type)
     run_of = cast(list[int], list(map(index.__getitem__, blocks)))
+    copies: dict[int, int] = {}
     if FIELD in line_type.__struct_fields__:
-        copies: dict[int, int] = {}
         versions = list(map(operator.attrgetter(FIELD), typed))
         if None in versions:
             run_of = [i if v is not None else _migrated_block(i, runs, copies) for v, i in zip(versions, run_of)]
-    return TypedLines(typed, runs, run_of, lines if keep_raw else []), torn
+    return TypedLines(typed, runs, run_of, lines if keep_raw else [], _written(copies)), torn
+
+
+def _written(copies: dict[int, int]) -> dict[int, int]:
+    """:attr:`TypedLines.written` from :func:`_migrated_block`'s ``copies`` (block as written → its copy)."""
+    return {copy: block for block, copy in copies.items() if copy != block}
 
 
 _NUMERIC = bytearray(range(256))

@@ -249,7 +249,7 @@ def _frame(typed: TypedLines, fields: Sequence[Field], saved_release: Callable[[
                 for name, values in _columns(typed.lines, fields).items()}
     if typed.raw:
         run_texts = [sorted_json(run) for run in typed.runs]  # each block's once, for every line's digest
-        columns[VERIFIED] = [_verifies(raw, run_texts[block]) for raw, block in zip(typed.raw, typed.run_of)]
+        columns[VERIFIED] = [_verifies(raw, run_texts[typed.written_run(i)]) for i, raw in enumerate(typed.raw)]
     return pd.DataFrame(columns)
 
 
@@ -282,9 +282,9 @@ def _inner(blocks: list[Any], name: str) -> list[Any]:
 
 def _verifies(raw: bytes, run_text: str) -> bool:
     """Whether a judgement line verifies (:func:`apm.records.judging.verifies`) as written: given its run
-    block's ``run_text``, else (the block read is the migrated one of a line without ``format_version``, not
-    the one written) from the line alone; a line orjson cannot read does not (read_typed leaves every line
-    orjson refuses to the dict path, which skips it; a reducer never raises on a line)."""
+    block's ``run_text`` as written, else (a line without ``format_version`` the dict path read, whose block
+    read is the migrated one) from the line alone; a line orjson cannot read does not (read_typed leaves every
+    line orjson refuses to the dict path, which skips it; a reducer never raises on a line)."""
     try:
         line = orjson.loads(raw)
     except orjson.JSONDecodeError:
