@@ -3,8 +3,9 @@
 Writes synthetic runs (``apm.testing.fixtures.synthetic_run``) once, and a copy of them as a runner before
 format versions wrote them (no ``format_version``, none of the fields that came later: every line is migrated
 on read), then times ``load_runs`` on each in a child process per checkout (``PYTHONPATH``), the checkouts
-taking turns ``--repeats`` times; each figure is the median of ``load_runs``' CPU time. Run: ``.venv/bin/python bench/bench_record_load.py
---baseline /path/to/other/checkout [--records 5000] [--repeats 5]``.
+taking turns ``--repeats`` times; each figure is the median of ``load_runs``' CPU time. Run:
+``PYTHONPATH=$PWD .venv/bin/python bench/bench_record_load.py --baseline /path/to/other/checkout
+[--records 5000] [--repeats 5]``.
 """
 
 from __future__ import annotations

@@ -134,10 +134,15 @@ def memory_line(trajectory: str, index: int, size: int, prior_hours: float, run:
         "session_index": index,
         "bytes": size,
         "prior_hours": prior_hours,
+        "fast_weight_bytes": 0,
         "update_s": 0.5,
+        "writer_parse_status": None,
+        "writer_total_s": None,
         "error": None,
         "state": state,
         "state_sha256": hashlib.sha256(json.dumps(state, sort_keys=True, separators=(",", ":")).encode()).hexdigest(),
+        "written_ns": 0,
+        "revision": 0,
     }
 
 
