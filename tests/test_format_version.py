@@ -164,20 +164,7 @@ def test_a_judgement_without_a_version_still_verifies_as_written(tmp_path: Path)
     """Migration fills what the line lacks, but its content digest covers the line as written: the reducer and
     the judge verify it as written (a judge's line of today has no ``format_version`` and a run block without
     ``declarations.writer``, which migration adds), so no judgement on record is lost by reading it."""
-    rec = {
-        **fixtures.record(
-            "RCR",
-            "C1",
-            probe="pos",
-            polarity="positive",
-            decision="INTERVENE",
-            answer=None,
-            correct=None,
-            correct_option=None,
-            gate_pass=True,
-        ),
-        "run": OLD_RUN,
-    }
+    rec = fixtures.judged_record("C1", run=OLD_RUN)
     written = {k: v for k, v in fixtures.judgement(rec, 4).items() if k not in ("format_version", "content_sha256")}
     fixtures.write_run(tmp_path, [rec], [signed(written)])
     judgements = load_judgements([tmp_path])

@@ -23,18 +23,7 @@ NEWER = OLDER + 1
 def _run(root: Path) -> Path:
     """One judged probe with two record lines and two judgement lines of one revision, the newer of each
     written first (so a reader that ties them takes the older, read later)."""
-    base = fixtures.record(
-        "RCR",
-        "C1",
-        probe="pos",
-        polarity="positive",
-        decision="INTERVENE",
-        answer=None,
-        correct=None,
-        correct_option=None,
-        gate_pass=True,
-        output="Decision: INTERVENE",
-    )
+    base = fixtures.judged_record("C1")
     records = [{**base, "attempts": 2, REVISION: 1, STAMP: NEWER}, {**base, "attempts": 1, REVISION: 1, STAMP: OLDER}]
     judgements = [
         fixtures.judgement(base, 5, justification="newer", **{REVISION: 1, STAMP: NEWER}),

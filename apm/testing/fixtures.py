@@ -101,6 +101,13 @@ def record(task: str, candidate: str, probe: str = "query", trajectory: str = "T
     return line
 
 
+def judged_record(candidate: str, **fields: Any) -> Line:
+    """A record the judge scores (:func:`record`): a positive RCR probe whose decision passed the gate."""
+    adaptive = {"probe": "pos", "polarity": "positive", "decision": "INTERVENE", "answer": None, "correct": None,
+                "correct_option": None, "gate_pass": True, "output": "Decision: INTERVENE"}
+    return record("RCR", candidate, **{**adaptive, **fields})
+
+
 def judgement(rec: Line, score: int | None, status: str = "ok", judge: str = "judge-x", **fields: Any) -> Line:
     """One judgement line for record ``rec``."""
     line: Line = {
