@@ -268,6 +268,15 @@ class JudgementLine:
     revision: int = spec(minimum=0)
 
 
+REFUSED = "not a valid line"
+"""How a :class:`LineRefused` message begins (a check that reads a run's error tells a refused line by it)."""
+
+
+class LineRefused(ValueError):
+    """A line its model refuses (:func:`built`): never written. A writer's bug, or a method's report that would
+    break the format (a memory line's facts overwriting a field with a value of another type)."""
+
+
 Written = TypeVar("Written", "InstanceRecord", "MemoryLine", "JudgementLine")
 """A line model the writers build each line as (:func:`built`) and write from (:func:`line_of`)."""
 
@@ -275,16 +284,16 @@ Written = TypeVar("Written", "InstanceRecord", "MemoryLine", "JudgementLine")
 def built(model: type[Written], line: Mapping[str, Any]) -> Written:
     """The ``model`` object of a line's fields: every field there, of its type and allowed values (nested
     blocks as their models), and none beside (the object written back is the line; an open model's
-    top-level fields beyond it aside); else ``ValueError`` naming what is wrong (a writer's bug: nothing is
-    written)."""
+    top-level fields beyond it aside); else :class:`LineRefused` naming what is wrong (nothing is written)."""
     try:
         obj = msgspec.convert(line, model)
     except msgspec.ValidationError as e:
-        raise ValueError(f"{model.__name__}: {e}") from None
+        raise LineRefused(f"{REFUSED}: {model.__name__}: {e}") from None
     mine = line if model.closed else {k: v for k, v in line.items() if k in field_names(model)}
     if _json(as_line(obj)) != _json(mine):
         extra = sorted(set(line) - set(field_names(model)))
-        raise ValueError(f"{model.__name__}: {extra[0] if extra else 'a block'} has a field the model does not")
+        what = extra[0] if extra else "a block"
+        raise LineRefused(f"{REFUSED}: {model.__name__}: {what} has a field the model does not")
     return obj
 
 
