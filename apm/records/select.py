@@ -43,11 +43,11 @@ def revision_of(line: Mapping[str, Any] | None) -> int:
     return order_of(line)[0]
 
 
-def newest(keys: Iterable[K], orders: Iterable[tuple[Any, ...]]) -> dict[K, int]:
-    """The index of the winning line of each key, given each line's key and its order (compared as tuples:
-    :data:`Order`, or any tuple ending in one); on a full tie the later line."""
+def newest(keys: Iterable[K], orders: Iterable[Order]) -> dict[K, int]:
+    """The index of the winning line of each key, given each line's key and its :data:`Order`; on a full tie
+    the later line."""
     won: dict[K, int] = {}
-    best: dict[K, tuple[Any, ...]] = {}
+    best: dict[K, Order] = {}
     for i, (key, order) in enumerate(zip(keys, orders, strict=True)):
         held = best.get(key)
         if held is None or order >= held:
@@ -55,8 +55,9 @@ def newest(keys: Iterable[K], orders: Iterable[tuple[Any, ...]]) -> dict[K, int]
     return won
 
 
-def newest_rows(key_codes: np.ndarray, revisions: np.ndarray, stamps: np.ndarray,
-                preferred: np.ndarray | None = None) -> np.ndarray:
+def newest_rows(
+    key_codes: np.ndarray, revisions: np.ndarray, stamps: np.ndarray, preferred: np.ndarray | None = None
+) -> np.ndarray:
     """The rows (positions, ascending) that win, one per key, of a table's columns: each row's key as an
     integer code, its revision and stamp as integers (a missing one as :func:`position` reads it); with
     ``preferred`` (a judgement of the judge or rubric asked for), a preferred row wins over any other first.
