@@ -104,7 +104,7 @@ BROKEN = [
     ("non-mutating-answers", "LeakySpy", "answered differently when fewer probes were asked"),
     ("ea-restriction", "HoardingSpy", "not among the visible sessions"),
     ("state-bytes", "LitteringSpy", "scratch.tmp"),
-    ("schema", "MisreportingSpy", "update_s: 'instant' is not of type 'number'"),
+    ("schema", "MisreportingSpy", "not a valid line: MemoryLine: Expected `float`, got `str` - at `$.update_s`"),
     ("resume", "DiceSpy", "after losing records, the record differs from the uninterrupted run's"),
     ("sigkill-determinism", "DiceSpy", "after a SIGKILL mid-session, the record differs"),
 ]

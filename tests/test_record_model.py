@@ -25,7 +25,10 @@ from apm.records.model import (
     InstanceRecord,
     JudgementLine,
     Latency,
+    MemoryLine,
     Task,
+    as_line,
+    built,
     json_schema,
     named,
     schema_text,
@@ -63,7 +66,7 @@ def test_the_fixture_record_follows_the_model_and_a_wrong_one_does_not() -> None
     assert list(validator.iter_errors({**record, "task": "XX"}))
     assert list(validator.iter_errors({**record, "unknown_field": 1}))  # the record is closed
     assert list(validator.iter_errors({k: v for k, v in record.items() if k != "shard"}))  # required
-    assert not list(validator.iter_errors({k: v for k, v in record.items() if k != "revision"}))  # may be absent
+    assert list(validator.iter_errors({k: v for k, v in record.items() if k != "revision"}))  # every field is
 
 
 def _first_column(doc: str, heading: str) -> set[str]:
@@ -90,8 +93,8 @@ def test_hand_picked_columns_are_checked_against_the_model() -> None:
 
 
 def test_the_fixture_record_has_exactly_the_fields_every_line_must_have() -> None:
-    required = {f.name for f in fields(InstanceRecord) if not f.metadata["absent_ok"]}
-    assert set(fixtures.record("ER", "C1")) == required
+    assert set(fixtures.record("ER", "C1")) == set(json_schema(InstanceRecord)["required"])
+    assert built(InstanceRecord, fixtures.record("ER", "C1"))
     with pytest.raises(ValueError, match="^gate_passed: not a field"):
         fixtures.record("ER", "C1", gate_passed=True)  # a typo no longer makes a record with one field more
 
@@ -99,11 +102,15 @@ def test_the_fixture_record_has_exactly_the_fields_every_line_must_have() -> Non
 @pytest.mark.parametrize("overrides", [["memory=raw_video", "backbone=oracle"],
                                        ["memory=event_memory", "backbone=random"]])
 def test_the_runner_writes_exactly_the_model_fields(tmp_path: Path, overrides: list[str]) -> None:
-    """Every field of the model, none left out (even those older lines may lack) and none beside it."""
+    """Every field of the model, none left out and none beside it, written from the model object: each line is
+    the object it builds, field for field in the model's order (a dict patched after it was made is not)."""
     release = generate(tmp_path / "rel", seed=3, scale="tiny")
     run_dir = run(compose_run(release, tmp_path / "runs", tmp_path / "cache", [*overrides, "backbone.max_frames=4"]))
     lines = records(run_dir)
-    assert lines and all(set(line) == {f.name for f in fields(InstanceRecord)} for line in lines)
+    assert lines and all(list(line) == [f.name for f in fields(InstanceRecord)] for line in lines)
+    assert all(as_line(built(InstanceRecord, line)) == line for line in lines)
+    memory = [json.loads(raw) for path in RunDir(run_dir).files("memory") for raw in path.read_text().splitlines()]
+    assert memory and all(list(m)[: len(fields(MemoryLine))] == [f.name for f in fields(MemoryLine)] for m in memory)
 
 
 class UnparseableJudge(GateOnlyJudge):
@@ -130,11 +137,12 @@ def _judgement_lines(run: RunDir) -> list[dict]:
 
 
 def test_the_judge_writes_exactly_the_model_fields(judged_run: RunDir) -> None:
-    """Every field of the judgement model, none left out (even those older lines may lack) and none beside
-    it, on an ``ok`` judgement and on a failed one."""
+    """Every field of the judgement model, none left out and none beside it, written from the model object,
+    on an ``ok`` judgement and on a failed one."""
     lines = _judgement_lines(judged_run)
     assert {line["status"] for line in lines} == {"ok", "failed"}
-    assert all(set(line) == {f.name for f in fields(JudgementLine)} for line in lines)
+    assert all(list(line) == [f.name for f in fields(JudgementLine)] for line in lines)
+    assert all(as_line(built(JudgementLine, line)) == line for line in lines)
 
 
 def test_judgement_lines_validate_against_the_committed_schema(judged_run: RunDir) -> None:
@@ -146,4 +154,4 @@ def test_judgement_lines_validate_against_the_committed_schema(judged_run: RunDi
     assert list(validator.iter_errors({**ok, "criterion_checks": {"usefulness": "good"}}))
     assert list(validator.iter_errors({**ok, "unknown_field": 1}))  # the line is closed
     assert list(validator.iter_errors({k: v for k, v in ok.items() if k != "cache_key"}))  # required
-    assert not list(validator.iter_errors({k: v for k, v in ok.items() if k != "content_sha256"}))  # may be absent
+    assert list(validator.iter_errors({k: v for k, v in ok.items() if k != "content_sha256"}))  # every field is

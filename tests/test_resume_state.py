@@ -14,7 +14,7 @@ from support.runner import compose_run, memory_records, records, run
 
 from apm.backbones.base import Response
 from apm.backbones.baselines import RandomBaseline
-from apm.records.jsonl import latest_by
+from apm.records.select import latest_by
 from apm.runner.app import run_dir_of
 
 OVERRIDES = ["memory=text_summary", "backbone=random", "+backbone@writer=random",

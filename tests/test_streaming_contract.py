@@ -29,7 +29,8 @@ from apm.data.instances import release_instances
 from apm.data.release import load_release
 from apm.memory.base import History, Note
 from apm.records.declaration import run_declaration
-from apm.records.jsonl import latest_by, latest_records
+from apm.records.jsonl import latest_records
+from apm.records.select import latest_by
 from apm.runner.online import session_frames
 from apm.runner.streaming import compose_request
 from apm.video.decode import VideoDecodeError

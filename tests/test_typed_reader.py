@@ -17,6 +17,7 @@ import pytest
 from apm.cli.reduce import main
 from apm.records import lines
 from apm.records.lines import Kind, Skipped, read_lines, read_typed
+from apm.records.version import FIELD, refusal
 from apm.reduce import load, units
 from apm.testing import fixtures
 
@@ -30,6 +31,13 @@ UNREAD = [b"1e999", b"-1.8E+308", b"9" * 320, b"[1,\t2e400]", b"1e-999", b"1.5e3
 bytes that are not UTF-8 (and one that is); orjson refuses the first kind, msgspec skips them unread."""
 
 
+def _junk(rng: random.Random, key: str) -> Any:
+    """A value of :data:`JUNK` for field ``key``, but never a later format version: a line of one is refused,
+    not skipped (tests/test_format_version.py)."""
+    value = rng.choice(JUNK)
+    return "later" if key == FIELD and refusal(value, "") else value
+
+
 def _mutate(rng: random.Random, line: dict[str, Any]) -> bytes:
     """One corruption of a valid line: a field (or one of its block's) deleted or replaced, or the bytes cut
     or flipped."""
@@ -38,7 +46,7 @@ def _mutate(rng: random.Random, line: dict[str, Any]) -> bytes:
     nested = line[key] if isinstance(line[key], dict) and line[key] else None
     mutations = [
         lambda: json.dumps({k: v for k, v in line.items() if k != key}).encode(),
-        lambda: json.dumps({**line, key: rng.choice(JUNK)}).encode(),
+        lambda: json.dumps({**line, key: _junk(rng, key)}).encode(),
         lambda: json.dumps(rng.choice(JUNK)).encode(),
         lambda: raw[: rng.randrange(len(raw))],
         lambda: bytes(b ^ 0xFF if rng.random() < 0.02 else b for b in raw),

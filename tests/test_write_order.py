@@ -9,23 +9,15 @@ import json
 import os
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from support.runner import compose_run, release_sessions
 
 from apm.backbones.base import Response
 from apm.backbones.baselines import RandomBaseline
 from apm.cli import status as apm_status
-from apm.records.jsonl import (
-    REVISION,
-    STAMP,
-    JsonlAppender,
-    done_keys,
-    latest_by,
-    latest_records,
-    read_folder,
-)
-from apm.reduce.load import in_write_order, load_memory, load_records
+from apm.records.jsonl import JsonlAppender, done_keys, latest_records, read_folder
+from apm.records.select import REVISION, STAMP, latest_by
+from apm.reduce.load import load_memory, load_records
 from apm.runner.app import run_async, run_dir_of
 from apm.runner.online import newest_memory_lines
 from apm.scale import scheduler, status
@@ -70,23 +62,6 @@ def test_a_greater_revision_wins_whatever_the_stamps():
              {"key": "b", "n": 2, STAMP: 9 * hour}, {"key": "b", "n": 3, REVISION: 1, STAMP: 1},  # before revisions
              {"key": "c", "n": 4, REVISION: 2, STAMP: 7}, {"key": "c", "n": 5, REVISION: 2, STAMP: 6}]  # tie: stamp
     assert {k: v["n"] for k, v in latest_by(lines, lambda line: line["key"]).items()} == {"a": 1, "b": 3, "c": 4}
-
-
-def test_the_documented_pandas_rule_picks_the_same_lines():
-    """docs/records.md: sort by revision (none: 0), then stamp (none first), stably; the last line of a key
-    wins — what the reducer does (``in_write_order``)."""
-    cases = [("a", 7, 1), ("b", None, None), ("a", None, None), ("b", 3, 1), ("c", None, None), ("c", None, None),
-             ("d", 4, 1), ("d", 2, 1), ("e", 1, None), ("e", 1, None), ("f", 9, 1), ("f", 2, 2), ("g", 5, None),
-             ("g", 1, 1)]
-    lines = [{"key": k, "n": n, **({STAMP: s} if s is not None else {}), **({REVISION: r} if r is not None else {})}
-             for n, (k, s, r) in enumerate(cases)]
-    frame = pd.DataFrame(lines)
-    frame = frame.assign(rev=frame[REVISION].fillna(0)).sort_values(["rev", STAMP], na_position="first",
-                                                                      kind="stable")
-    by_pandas = frame.drop_duplicates("key", keep="last").set_index("key")["n"].to_dict()
-    by_reducer = in_write_order(pd.DataFrame(lines)).drop_duplicates("key", keep="last").set_index("key")["n"]
-    assert {k: v["n"] for k, v in latest_by(lines, lambda line: line["key"]).items()} == by_pandas
-    assert by_reducer.to_dict() == by_pandas
 
 
 def test_one_writer_never_ties_and_leaves_the_callers_object_alone(tmp_path, monkeypatch):

@@ -30,8 +30,9 @@ from apm.data.instances import opaque_id, release_instances, release_seal
 from apm.data.release import load_release
 from apm.errors import one_line
 from apm.records.declaration import Declaration, run_declaration
-from apm.records.jsonl import latest_by, read_folder
+from apm.records.jsonl import read_folder
 from apm.records.rundir import RunDir, find_runs
+from apm.records.select import latest_by
 from apm.runner.app import run_async, run_dir_of
 from apm.runner.config import ConfigError, check_arguments
 from apm.streaming.base import StreamingSystem

@@ -27,6 +27,7 @@ from apm.check.runs import (
 from apm.check.unseen import not_checked
 from apm.data.release import load_release
 from apm.records.jsonl import read_folder
+from apm.records.model import REFUSED
 from apm.records.rundir import RunDir
 from apm.runner.app import shard_plan
 from apm.runner.config import ConfigError
@@ -194,12 +195,15 @@ def check_system(config: str, overrides: list[str], work: Path, release: Path | 
         "resume": lambda: resume(spec, full, work),  # last of those reading the full run: it changes its records
     }
     stopped = full.error is not None and any(k not in full.records for k in instances)  # not the run's end refusing
+    refused = full.error is not None and full.error.startswith(REFUSED)  # the writer refused a line: schema fails
     done: dict[str, Result] = {}
     for name in sorted(set(only), key=_resume_last):
         if name in apart:
             done[name] = apart[name]
         elif name == "run" or not problems:
             done[name] = results[name]()
+        elif name == "schema" and refused:
+            done[name] = verdict(name, [str(full.error)], "")
         elif stopped or name in OTHER_RUNS:
             done[name] = _unreached(name, problems[0], stopped)
         else:

@@ -15,11 +15,12 @@ from apm.data.problems import ReleaseError
 from apm.errors import OneLineParser, console_script, note_skipped
 from apm.judge.stage import ReleaseChanged
 from apm.records.rundir import find_runs
+from apm.records.version import FormatError
 
 
 @console_script("apm-judge",
                 usage=(FileNotFoundError, ReleaseError, ReleaseChanged, EndpointError, HydraException,
-                       OmegaConfBaseException, NoJudge))
+                       OmegaConfBaseException, NoJudge, FormatError))
 def main(argv: Sequence[str] | None = None) -> int:
     """Judge; every error is one line (``--debug``: the traceback), a missing path, a release or config error
     exit 2."""

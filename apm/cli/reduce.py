@@ -15,6 +15,7 @@ from apm.errors import OneLineParser, console_script
 from apm.publish.report import report_run, wandb_usable
 from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sync_command
 from apm.records.atomic import DamagedRunFile, OutputRefused
+from apm.records.version import FormatError
 from apm.reduce.load import MixedIdentities, MixedReleases, UnmatchedPreference
 
 PROG = OWNER
@@ -104,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Incomplete as e:
         print(f"{PROG}: --complete: {e} (above); nothing written", file=sys.stderr)
         return 2
-    except (OutputRefused, MixedReleases, MixedIdentities, UnmatchedPreference, Unjudged, DamagedRunFile) as e:
+    except (OutputRefused, MixedReleases, MixedIdentities, UnmatchedPreference, Unjudged, DamagedRunFile,
+            FormatError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from apm.errors import OneLineParser, console_script, note_skipped
 from apm.records.atomic import OutputRefused
+from apm.records.version import FormatError
 from apm.reduce import UnmatchedPreference
 from apm.view.collect import ReleaseChanged
 from apm.view.site import DEFAULT_FRAMES_PER_CELL, DEFAULT_THUMB_GRID, PROG, build_site
@@ -48,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         site = build_site(args.runs, args.out, args.judge, args.thumb_side, args.frames_per_cell,
                           args.thumb_grid)
-    except (OutputRefused, ReleaseChanged, UnmatchedPreference) as e:
+    except (OutputRefused, ReleaseChanged, UnmatchedPreference, FormatError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # a run dir that is not there, or a site that cannot be written (disk full, …)

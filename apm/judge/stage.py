@@ -42,11 +42,14 @@ from apm.judge.rubric import (
 from apm.live.progress import Progress, Unit, stage_progress
 from apm.records.atomic import read_run_config
 from apm.records.declaration import declared
-from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
+from apm.records.jsonl import JsonlAppender, latest_records, read_folder
 from apm.records.judging import needs_judge, response_digest, signed, verifies
 from apm.records.lock import LockHeld, WriterLock, holder_line, this_process
+from apm.records.model import JudgementLine
 from apm.records.redact import register_env_secrets
 from apm.records.rundir import RunDir
+from apm.records.select import latest_by
+from apm.records.version import FORMAT_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +188,7 @@ class JudgeStage:
     async def _judge_dir(self, run_dir: Path, todo: list[dict[str, Any]], asks: dict[str, Request],
                          sem: asyncio.Semaphore) -> None:
         """Judge the probes of ``todo`` that no verified judgement on record answers."""
-        lines = list(read_folder(RunDir(run_dir).judgements))
+        lines = list(read_folder(RunDir(run_dir).judgements, as_written=True))  # as its content digest covers them
         done, newest = self._verified(lines), latest_by(lines, lambda j: j["key"])
         fresh = [r for r in todo if self._identity(r, asks[r["key"]]) not in done]
         self.stats.cached += len(todo) - len(fresh)
@@ -201,7 +204,7 @@ class JudgeStage:
                 if self.fail_fast.tripped:
                     return  # the stage is stopping: a probe still queued is not asked
                 judgement = await self._judge(rec, asks[rec["key"]])
-            out.append(judgement, supersedes=newest.get(rec["key"]))
+            out.append_line(JudgementLine, judgement, supersedes=newest.get(rec["key"]))
             progress.update(1)
 
         tasks = [asyncio.ensure_future(one(r)) for r in fresh]
@@ -266,6 +269,7 @@ class JudgeStage:
         self.stats.judged += verdict is not None
         self.stats.failed += verdict is None
         return signed({
+            "format_version": FORMAT_VERSION,
             "key": rec["key"],
             "run": rec["run"],
             "judge": self.judge.name,

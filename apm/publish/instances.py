@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from apm.data.model import Candidate, Release
-from apm.publish.source import NOTE_FIELDS, Method, instance_lines, judge_notes, stamp
+from apm.publish.source import NOTE_FIELDS, Method, chosen_line, instance_lines, judge_notes
 from apm.publish.thumbnails import Thumbnails
 from apm.records.lines import Line
 from apm.records.model import JudgementLine, named
@@ -170,8 +170,8 @@ def instance_rows(
     def row(line: Line) -> list[Any]:
         rec = flat(line)
         j = judged.get(rec["key"], {})
-        note = notes.get((m.config_hash, rec["key"], stamp(j.get("written_ns"))), {})
-        frames = rec.get("frames") or []
+        note = notes.get(chosen_line(m.config_hash, j), {}) if j else {}
+        frames = plain(rec.get("frames")) or []
         wanted = thumbnails is not None and frames and (all_frames or wrong_or_failed(rec))
         cells = {
             **rec,
@@ -222,7 +222,7 @@ def judgement_rows(m: Method) -> list[list[Any]]:
     and issues as JSON)."""
     rows, notes = [], judge_notes(m)
     for j in sorted(m.judgements.to_dict("records"), key=lambda j: j["key"]):
-        note = notes.get((m.config_hash, j["key"], stamp(j.get("written_ns"))), {})
+        note = notes.get(chosen_line(m.config_hash, j), {})
         cells = {**j, **{k: v if isinstance(v, str | None) else json.dumps(v) for k, v in note.items()}}
         rows.append([plain(cells.get(c)) for c in JUDGEMENT_COLUMNS])
     return rows

@@ -7,8 +7,7 @@ table, never the sweep's records."""
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,12 +17,13 @@ import pandas as pd
 from apm.records.lines import Line, read_lines
 from apm.records.model import JudgementLine, named
 from apm.records.rundir import RunDir
+from apm.records.select import REVISION, STAMP, LineId, line_id, row_id
 from apm.reduce import load_runs, score_table
 from apm.reduce.units import unit_views
 
 T = TypeVar("T")
-JudgeNotes = dict[tuple[str, str, float | None], dict[str, Any]]
-"""The free text of judgement lines, by (config hash, key, write stamp)."""
+JudgeNotes = dict[LineId, dict[str, Any]]
+"""The free text of judgement lines, by :data:`~apm.records.select.LineId`."""
 NOTE_FIELDS = named(JudgementLine, "justification", "criterion_checks", "critical_issues")
 
 
@@ -62,44 +62,37 @@ def saved_config(run_dir: Path) -> dict[str, Any]:
     return saved if isinstance(saved, dict) else {}
 
 
-def stamp(value: Any) -> float | None:
-    """A write stamp as the reducer's frames hold it (float64), None when absent."""
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-
-
 def judge_notes(m: Method) -> JudgeNotes:
-    """Justification, criterion checks and critical issues of the method's usable judgement lines; of
-    lines sharing a key and stamp, the one read last (the reducer's rule)."""
+    """Justification, criterion checks and critical issues of the method's usable judgement lines, by the
+    line they come from; of lines the rule cannot tell apart (:mod:`apm.records.select`), the one read
+    last, as in the reducer."""
     notes: JudgeNotes = {}
     for path in RunDir(m.run_dir).files("judgements"):
         for line in read_lines(path, "judgements"):
-            config_hash = str((line.get("run") or {}).get("config_hash"))
-            if config_hash == m.config_hash:
-                notes[(config_hash, line["key"], stamp(line.get("written_ns")))] = {f: line.get(f) for f in NOTE_FIELDS}
+            if line_id(line)[0] == m.config_hash:
+                notes[line_id(line)] = {f: line.get(f) for f in NOTE_FIELDS}
     return notes
 
 
-def order_of(value: Any) -> tuple[float, float]:
-    """Where a line stands in write order (docs/records.md, "Which line of a key wins"): its revision
-    (none: 0), then its stamp (none: before any)."""
-    revision, written = stamp(value.get("revision")), stamp(value.get("written_ns"))
-    return (revision or 0.0, -math.inf if written is None else written)
+def chosen_line(config_hash: str, judgement: Mapping[str, Any]) -> LineId:
+    """The line behind a selected judgement (a row of :attr:`Method.judgements` as a dict)."""
+    return row_id(config_hash, judgement["key"], judgement[REVISION], judgement[STAMP])
 
 
 def instance_lines(m: Method, shrink: Callable[[Line], T]) -> list[T]:
     """``shrink`` of the method's latest record line of each key, with every field (frames, prompt,
     output), in key order: the lines are read one at a time from its run dir (the one place a publish
     reads the records' detail) and each winner is shrunk at once, so no line is held. The winner is
-    the line :attr:`Method.records` holds (write order); of exact equals, the one read last (the
-    reducer's rule)."""
+    the line :attr:`Method.records` holds (:mod:`apm.records.select`); of exact equals, the one read last
+    (the reducer's rule)."""
     wanted = {
-        str(k): order_of({"revision": r, "written_ns": w})
-        for k, r, w in zip(m.records["key"], m.records["revision"], m.records["written_ns"])
+        str(k): row_id(m.config_hash, k, r, w)
+        for k, r, w in zip(m.records["key"], m.records[REVISION], m.records[STAMP])
     }
     found: dict[str, T] = {}
     for path in RunDir(m.run_dir).files("records"):
         for line in read_lines(path, "records"):
-            if line["run"]["config_hash"] == m.config_hash and wanted.get(line["key"]) == order_of(line):
+            if wanted.get(line["key"]) == line_id(line):
                 found[line["key"]] = shrink(line)
     return [found[key] for key in sorted(found)]
 

@@ -5,7 +5,7 @@ groups, tags and orders by them (docs/scores.md, "Groups and labels")."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, cast, get_args
 
 Family = Literal["baseline", "general", "specialised", "reference"]
@@ -39,12 +39,12 @@ class Declaration:
     streaming: bool | None = None
     persistent: bool | None = None
     tag: str = ""
-    ceiling: bool = field(default=False, metadata={"absent_ok": True})  # records before it existed
+    ceiling: bool = False
     """A reference backbone whose score under a protocol is that protocol's information ceiling (the
     figures draw it dotted beside the protocol's methods); its tag names any task where it is not."""
-    representation: Representation = field(default="", metadata={"absent_ok": True})  # records before it existed
+    representation: Representation = ""
     """A streaming system's memory representation (``REPRESENTATIONS``), by which Table 3 groups it."""
-    deviations: tuple[Deviation, ...] = field(default=(), metadata={"absent_ok": True})  # records before it existed
+    deviations: tuple[Deviation, ...] = ()
     """Where a system's official loop departs from the online protocol (``DEVIATIONS``), as it declares."""
 
     def __post_init__(self) -> None:
@@ -94,7 +94,7 @@ class MethodKind:
     family: Family | Literal[""]
     """``''`` when its memory is undeclared (and its backbone is no reference)."""
     tag: str
-    ceiling: bool = field(default=False, metadata={"absent_ok": True})  # records before it existed
+    ceiling: bool = False
 
 
 def method_kind(memory: Declaration | None, backbone: Declaration | None) -> MethodKind:
@@ -132,10 +132,10 @@ def run_declaration(obj: object) -> Declaration | None:
 
 
 def run_declarations(memory: object, backbone: object, writer: object | None) -> dict[str, Any]:
-    """The run block's ``declarations`` (each part's :func:`run_declaration`, ``None`` when undeclared; a
-    writer only when the config names one) and ``capabilities`` (what the memory declares for Table 3)."""
-    parts = {"memory": memory, "backbone": backbone} | ({"writer": writer} if writer is not None else {})
-    found = {part: run_declaration(obj) for part, obj in parts.items()}
+    """The run block's ``declarations`` (each part's :func:`run_declaration`, ``None`` when undeclared; the
+    writer's ``None`` too when the config names none) and ``capabilities`` (what the memory declares for Table 3)."""
+    parts = {"memory": memory, "backbone": backbone, "writer": writer}
+    found = {part: run_declaration(obj) if obj is not None else None for part, obj in parts.items()}
     mine = found["memory"]
     capabilities = {name: getattr(mine, name) if mine else None for name in ("streaming", "persistent")}
     return {"declarations": {part: d.as_record() if d else None for part, d in found.items()},

@@ -6,7 +6,7 @@ file of the folder, so a rerun skips what is on record whatever shard count prod
 
 Every line carries a revision (``revision``: one more than the line of its key it supersedes) and a
 write stamp (``written_ns``); where a key has several lines, the greatest revision wins, the stamp
-only breaks ties (``latest_by``), whichever file holds it — file names say nothing about order, and
+only breaks ties (:mod:`apm.records.select`), whichever file holds it — file names say nothing about order, and
 no machine's clock can outvote a line written after another was read.
 """
 
@@ -17,21 +17,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from apm.records.lines import CHECKS, Kind, Skipped, read_lines
+from apm.records.model import Written, line_of
 from apm.records.redact import redact_data
+from apm.records.select import REVISION, STAMP, latest_by, revision_of
 
 log = logging.getLogger(__name__)
 
-STAMP = "written_ns"
-"""The write stamp on every line: nanoseconds since the epoch, strictly increasing within a process."""
-REVISION = "revision"
-"""The per-key attempt order on every line: 1 for a key's first line, the superseded line's + 1 after."""
-
-K = TypeVar("K", bound=Hashable)
 _stamp_lock = threading.Lock()
 _last_stamp = 0
 
@@ -44,51 +40,25 @@ def write_stamp() -> int:
         return _last_stamp
 
 
-def stamp_of(line: dict[str, Any]) -> int:
-    """A line's write stamp; -1 for a line written before stamps (older than any stamped line)."""
-    stamp = line.get(STAMP)
-    return -1 if stamp is None else int(stamp)
-
-
-def revision_of(line: dict[str, Any] | None) -> int:
-    """A line's revision; 0 for a line written before revisions (or no line at all)."""
-    revision = (line or {}).get(REVISION)
-    return 0 if revision is None else int(revision)
-
-
-def order_of(line: dict[str, Any]) -> tuple[int, int]:
-    """Where a line stands among its key's lines: its revision first, its write stamp only on a tie."""
-    return revision_of(line), stamp_of(line)
-
-
-def latest_by(lines: Iterable[dict[str, Any]], key: Callable[[dict[str, Any]], K]) -> dict[K, dict[str, Any]]:
-    """The newest line of each key: greatest revision, then greatest stamp; on a full tie the later line read."""
-    latest: dict[K, dict[str, Any]] = {}
-    for line in lines:
-        k = key(line)
-        held = latest.get(k)
-        if held is None or order_of(line) >= order_of(held):
-            latest[k] = line
-    return latest
-
-
-def read_jsonl(path: Path, kind: Kind = "any") -> Iterator[dict[str, Any]]:
-    """The usable ``kind`` lines of ``path`` (:func:`apm.records.lines.read_lines`): a torn last line
-    is a write in progress and passes silently; any other unusable line is logged, never raised."""
+def read_jsonl(path: Path, kind: Kind = "any", as_written: bool = False) -> Iterator[dict[str, Any]]:
+    """The usable ``kind`` lines of ``path`` (:func:`apm.records.lines.read_lines`, ``as_written`` as there):
+    a torn last line is a write in progress and passes silently; any other unusable line is logged, never
+    raised."""
     skipped: list[Skipped] = []
-    yield from read_lines(path, kind, skipped)
+    yield from read_lines(path, kind, skipped, as_written)
     bad = [s for s in skipped if not s.reason.startswith("unterminated")]
     if bad:
         log.warning("%s: skipped %d unusable line(s); first: %s", path, len(bad), bad[0])
 
 
-def read_folder(folder: Path, kind: Kind | None = None) -> Iterator[dict[str, Any]]:
+def read_folder(folder: Path, kind: Kind | None = None, as_written: bool = False) -> Iterator[dict[str, Any]]:
     """Every usable line of every ``*.jsonl`` in ``folder``, file by file in name order; ``kind``
-    defaults to the folder's name (``records``, ``memory``, ``judgements``)."""
+    defaults to the folder's name (``records``, ``memory``, ``judgements``); ``as_written`` as
+    :func:`apm.records.lines.read_lines` takes it."""
     if folder.is_dir():
         checked: Kind = kind or (folder.name if folder.name in CHECKS else "any")
         for path in sorted(folder.glob("*.jsonl")):
-            yield from read_jsonl(path, checked)
+            yield from read_jsonl(path, checked, as_written)
 
 
 class JsonlAppender:
@@ -113,11 +83,21 @@ class JsonlAppender:
         this writer read; ``None``: the key's first) and a fresh write stamp, and hand it to the OS (it
         survives the process being killed); returns the line written, secrets masked (``obj`` is left
         as it was)."""
-        order = {REVISION: revision_of(supersedes) + 1, STAMP: write_stamp()}
-        line = redact_data({**obj, **order})  # secrets never reach a line (apm.records.redact)
-        self._fh.write(json.dumps(line, ensure_ascii=False).encode() + b"\n")
+        return self._write({**obj, REVISION: revision_of(supersedes) + 1, STAMP: write_stamp()})
+
+    def _write(self, line: dict[str, Any]) -> dict[str, Any]:
+        """Write one line, secrets masked (apm.records.redact: they never reach a line), and flush it."""
+        masked = redact_data(line)
+        self._fh.write(json.dumps(masked, ensure_ascii=False).encode() + b"\n")
         self._fh.flush()
-        return line
+        return masked
+
+    def append_line(self, model: type[Written], fields: dict[str, Any], supersedes: dict[str, Any] | None = None,
+                    ) -> dict[str, Any]:
+        """:meth:`append` for a line of a line model: built as the ``model`` object with its revision and
+        stamp and written from it (:func:`apm.records.model.line_of`: what the model refuses is never written)."""
+        order = {REVISION: revision_of(supersedes) + 1, STAMP: write_stamp()}
+        return self._write(line_of(model, {**fields, **order}))
 
     def close(self) -> None:
         """Flush to the disk itself (a machine crash before this may lose lines; they are redone)."""

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from apm.data.tasks import ADAPTIVE
-from apm.records.jsonl import REVISION, STAMP
 from apm.records.redact import may_redact_json, redact_data
+from apm.records.select import REVISION, STAMP
 
 CONTENT = "content_sha256"
 """The judgement line's own digest (:func:`content_digest`)."""
@@ -80,4 +80,5 @@ def verifies(judgement: Mapping[str, Any], run_text: str | None = None) -> bool:
     """Whether a judgement line is as the judge wrote it: its content digest matches its fields (an edited
     score, digest or status, or a line without a digest, does not verify and is never used); ``run_text``
     as :func:`content_digest` takes it."""
-    return judgement.get(CONTENT) == content_digest(judgement, run_text)
+    claimed = judgement.get(CONTENT)
+    return claimed is not None and claimed == content_digest(judgement, run_text)

@@ -29,6 +29,7 @@ import orjson
 
 from apm.records.model import InstanceRecord, JudgementLine, Latency, field_names, values
 from apm.records.rundir import not_regular
+from apm.records.version import FIELD, FormatError, Version, is_current, migrate, migrate_run, refusal, typed_defaults
 
 Kind = Literal["records", "memory", "judgements", "any"]
 Line = dict[str, Any]
@@ -113,7 +114,7 @@ def _run(line: Line) -> str | None:
     release = run.get("release_fingerprint")
     bad += ["release_fingerprint"] if release is not None and (not isinstance(release, str) or not release) else []
     bad += [k for k in parts if run.get(k) is not None and not isinstance(run[k], dict)]
-    choices = run.get("choices") or {}
+    choices = run["choices"] if isinstance(run.get("choices"), dict) else {}
     bad += [f"choices.{k}" for k, v in choices.items() if v is not None and not isinstance(v, str)]
     return f"run.{bad[0]}: missing or of the wrong type" if bad else None
 
@@ -136,12 +137,13 @@ def _judge_score(line: Line) -> str | None:
 
 
 _BOOLEAN = (True, False)
+_VERSION = _field(FIELD, is_current, "a format version this apm reads", Version)
 _STAMP = _field("written_ns", _is_count, "a non-negative integer", Count)
 _REVISION = _field("revision", _is_count, "a non-negative integer", Count)
 
 CHECKS: dict[Kind, tuple[Check, ...]] = {
     "records": (
-        _text("key", optional=False), _run, _one_of("task", values(InstanceRecord, "task"), optional=False),
+        _VERSION, _text("key", optional=False), _run, _one_of("task", values(InstanceRecord, "task"), optional=False),
         _text("trajectory_id", optional=False), _text("candidate_id", optional=False), _text("family"),
         *(_one_of(name, values(InstanceRecord, name)) for name in ("polarity", "parse_status", "decision")),
         _text("answer"), _text("output"), _text("error"),
@@ -149,12 +151,12 @@ CHECKS: dict[Kind, tuple[Check, ...]] = {
         _text("original_candidate_id"), _latency, _STAMP, _REVISION,
     ),
     "judgements": (
-        _text("key", optional=False), _run, _text("judge", optional=False),
+        _VERSION, _text("key", optional=False), _run, _text("judge", optional=False),
         _one_of("status", values(JudgementLine, "status"), optional=False), _judge_score, _text("response_sha256"),
         _text("rubric_version"), _text("judge_model"), _text("failure"), _STAMP, _REVISION,
     ),
     "memory": (
-        _run, _text("trajectory_id", optional=False), _text("day_id", optional=False),
+        _VERSION, _run, _text("trajectory_id", optional=False), _text("day_id", optional=False),
         _text("session_id", optional=False), _field("session_index", _is_count, "an index", Count, False),
         _field("bytes", _is_count, "a byte count", Count, False),
         _field("prior_hours", lambda v: _is_number(v) and v >= 0, "hours ≥ 0", Annotated[float, msgspec.Meta(ge=0)],
@@ -163,7 +165,19 @@ CHECKS: dict[Kind, tuple[Check, ...]] = {
     ),
     "any": (),
 }
-"""What each kind of line must satisfy to be read (docs/records.md, "Reading lines")."""
+"""What each kind of line must satisfy to be read, once :func:`current` (docs/records.md, "Reading lines")."""
+
+
+def current(value: Any, kind: Kind, where: str) -> Any:
+    """A decoded line (at ``where``: ``file:line``) in the current format: migrated when it has no
+    ``format_version`` (:func:`apm.records.version.migrate`); a line of a later version raises
+    :class:`~apm.records.version.FormatError`, naming ``where`` (no reader may mistake its fields)."""
+    if not isinstance(value, dict):
+        return value
+    reason = refusal(value.get(FIELD), where)
+    if reason is not None:
+        raise FormatError(reason)
+    return migrate(value, kind)
 
 
 def problem(line: Any, kind: Kind) -> str | None:
@@ -173,11 +187,14 @@ def problem(line: Any, kind: Kind) -> str | None:
     return next((reason for check in CHECKS[kind] if (reason := check(line))), None)
 
 
-def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> Iterator[Line]:
+def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None, as_written: bool = False,
+               ) -> Iterator[Line]:
     """The usable lines of one JSONL file, read one at a time (a file is never held whole); each other
     line is appended to ``skipped`` (if given).
 
-    An unterminated last line is a write in progress or a crash mid-write: skipped like the rest.
+    An unterminated last line is a write in progress or a crash mid-write: skipped like the rest. Each line
+    is read in the current format (:func:`current`: a line of a later format version is refused), or with
+    ``as_written`` as it is (still refused for a later version): what a judgement's content digest covers.
     """
     for number, raw in _streamed(path, skipped):
         if raw is None:
@@ -188,6 +205,7 @@ def read_lines(path: Path, kind: Kind, skipped: list[Skipped] | None = None) -> 
             except orjson.JSONDecodeError:
                 reason = "not valid JSON (or not UTF-8)"
             else:
+                value = current(value, "any" if as_written else kind, f"{path}:{number}")
                 reason = problem(value, kind)
         if reason is None:
             yield value
@@ -312,6 +330,14 @@ class TypedLines:
     run_of: list[int] = field(default_factory=list)
     raw: list[bytes] = field(default_factory=list)
     """Each line's bytes, when asked for (``keep_raw``: a judgement's digest covers the whole line)."""
+    written: dict[int, int] = field(default_factory=dict)
+    """Of a block in ``runs`` that is the migrated copy of another (lines without ``format_version``,
+    :func:`_migrated_block`), the index of the block as written."""
+
+    def written_run(self, index: int) -> int:
+        """The index in ``runs`` of line ``index``'s ``run`` block as written (before any migration)."""
+        block = self.run_of[index]
+        return self.written.get(block, block)
 
 
 @functools.cache
@@ -331,12 +357,12 @@ def _passes(line: TypedLine, kind: Kind) -> bool:
     return all(ok(*(getattr(line, name) for name in reads)) for reads, ok in _after_decoding(kind))
 
 
-def _checked(raw: bytes, kind: Kind, line_type: type[TypedLine]) -> TypedLine | str:
+def _checked(raw: bytes, kind: Kind, line_type: type[TypedLine], where: str) -> TypedLine | str:
     """A line :func:`read_lines` would use, as a typed line, or why it would not (in the words of
     :data:`CHECKS`): decoded as a dict and checked, for the few lines the typed decoder alone cannot settle.
     Its fields are the dict's values as they are (an integer stays one where the typed decoder gives a float)."""
     try:
-        value = orjson.loads(raw)
+        value = current(orjson.loads(raw), kind, where)
     except orjson.JSONDecodeError:
         return "not valid JSON (or not UTF-8)"
     reason = problem(value, kind)
@@ -411,12 +437,13 @@ def _read_block(data: bytes, before: int, path: Path, kind: Kind, line_type: typ
         return out
     out = TypedLines()
     blocks: dict[bytes, int | None] = {}
+    copies: dict[int, int] = {}
     for number, raw in _numbered(data):
         if raw is None:
             found: tuple[TypedLine, int] | str = UNTERMINATED
         else:
             by_dict = number in beyond or not _is_utf8(raw)
-            found = _decoded(raw, kind, line_type, blocks, out.runs, by_dict)
+            found = _decoded(raw, kind, line_type, (blocks, copies), out.runs, by_dict, f"{path}:{number}")
         if isinstance(found, str):
             if skipped is not None:
                 skipped.append(Skipped(path, before + number, found))
@@ -425,6 +452,7 @@ def _read_block(data: bytes, before: int, path: Path, kind: Kind, line_type: typ
         out.run_of.append(found[1])
         if keep_raw and raw is not None:
             out.raw.append(raw)
+    out.written = _written(copies)
     return out
 
 
@@ -452,10 +480,21 @@ def _all_typed(data: bytes, kind: Kind, line_type: type[TypedLine],
     for reads, ok in _after_decoding(kind):
         if not all(map(ok, *(map(operator.attrgetter(name), typed) for name in reads))):
             return None
+    _migrate_typed(typed, kind, line_type)
     run_of = cast(list[int], list(map(index.__getitem__, blocks)))
+    copies: dict[int, int] = {}
+    if FIELD in line_type.__struct_fields__:
+        versions = list(map(operator.attrgetter(FIELD), typed))
+        if None in versions:
+            run_of = [i if v is not None else _migrated_block(i, runs, copies) for v, i in zip(versions, run_of)]
     for line in typed:
         line.run = NO_RUN
-    return TypedLines(typed, runs, run_of, lines if keep_raw else []), torn
+    return TypedLines(typed, runs, run_of, lines if keep_raw else [], _written(copies)), torn
+
+
+def _written(copies: dict[int, int]) -> dict[int, int]:
+    """:attr:`TypedLines.written` from :func:`_migrated_block`'s ``copies`` (block as written → its copy)."""
+    return {copy: block for block, copy in copies.items() if copy != block}
 
 
 _NUMERIC = bytearray(range(256))
@@ -519,13 +558,15 @@ def _is_utf8(raw: bytes) -> bool:
     return True
 
 
-def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[bytes, int | None],
-             runs: list[dict[str, Any]], by_dict: bool) -> tuple[TypedLine, int] | str:
-    """One line as a typed line and the index of its ``run`` block in ``runs`` (``blocks``: the index of
-    each distinct block seen in the file, None for an unusable one), or why it is unusable. The typed
+def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], seen: tuple[dict[bytes, int | None], dict[int, int]],
+             runs: list[dict[str, Any]], by_dict: bool, where: str) -> tuple[TypedLine, int] | str:
+    """One line as a typed line and the index of its ``run`` block in ``runs`` (``seen``: the index of each
+    distinct block seen in the file, None for an unusable one, and of each block's migrated copy,
+    :func:`_migrated_block`), or why it is unusable. The typed
     decoder settles a line it accepts whose run block and :func:`_after_decoding` checks pass; the dict
     path (:func:`_checked`) settles every other line, and every line when ``by_dict`` (one the typed
     decoder may accept and orjson not)."""
+    blocks, copies = seen
     if not by_dict:
         try:
             typed = _decoder(line_type).decode(raw)
@@ -537,18 +578,34 @@ def _decoded(raw: bytes, kind: Kind, line_type: type[TypedLine], blocks: dict[by
                 blocks[block] = _run_index(block, runs)
             index = blocks[block]
             if index is not None and _passes(typed, kind):
+                _migrate_typed([typed], kind, line_type)
+                migrated = getattr(typed, FIELD, 1) is None
                 typed.run = NO_RUN
-                return typed, index
-    checked = _checked(raw, kind, line_type)
+                return typed, _migrated_block(index, runs, copies) if migrated else index
+    checked = _checked(raw, kind, line_type, where)
     if isinstance(checked, str):
         return checked
     block = bytes(checked.run)  # a run block that passed CHECKS, so never one recorded as unusable
     index = blocks.get(block)
     if index is None:
-        runs.append(orjson.loads(block))
+        runs.append(orjson.loads(block))  # a line without format_version: its block already migrated (current)
         index = blocks[block] = len(runs) - 1
     checked.run = NO_RUN
     return checked, index
+
+
+def _migrate_typed(lines: list[Any], kind: Kind, line_type: type[TypedLine]) -> None:
+    """Typed lines as :func:`apm.records.version.migrate` leaves them: on each without ``format_version``,
+    the fields it decodes whose absence meant a value (:func:`apm.records.version.typed_defaults`; every
+    other absent field decodes as null, what its absence meant) set to it where null."""
+    defaults = typed_defaults(kind, line_type.__struct_fields__)
+    if not defaults:
+        return
+    for line in lines:
+        if line.format_version is None:
+            for name, default in defaults.items():
+                if getattr(line, name) is None:
+                    setattr(line, name, default)
 
 
 def _run_index(block: bytes, runs: list[dict[str, Any]]) -> int | None:
@@ -561,3 +618,15 @@ def _run_index(block: bytes, runs: list[dict[str, Any]]) -> int | None:
         return None
     runs.append(run)
     return len(runs) - 1
+
+
+def _migrated_block(index: int, runs: list[dict[str, Any]], copies: dict[int, int]) -> int:
+    """The index in ``runs`` of block ``runs[index]`` as :func:`apm.records.version.migrate_run` leaves it, for
+    a line without ``format_version``: the same index where migrating changes nothing, else a copy appended
+    once per block (``copies``); the block stays as it is for the file's other lines."""
+    if index not in copies:
+        migrated = migrate_run(runs[index])
+        copies[index] = index if migrated == runs[index] else len(runs)
+        if copies[index] != index:
+            runs.append(migrated)
+    return copies[index]

@@ -3,7 +3,8 @@
 committed files are what this model generates). The lines stay plain JSON objects on disk.
 
 A field's Python type gives its JSON type (``X | None``: null allowed, ``Literal``: an enum); its
-:func:`spec` adds the schema keywords its type cannot say, and whether a line may leave it out.
+:func:`spec` adds the schema keywords its type cannot say. Every field is required: a line written before a
+field existed has no ``format_version`` and is migrated on read (:mod:`apm.records.version`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,16 @@ import functools
 import json
 import sys
 import types
+from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
+
+import msgspec
+import orjson
 
 from apm.records.declaration import Declaration
+from apm.records.version import Version
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMAS = Path(__file__).parent / "schemas"
@@ -32,10 +38,9 @@ class Def:
     keywords: tuple[tuple[str, Any], ...] = ()
 
 
-def spec(absent_ok: bool = False, **keywords: Any) -> Any:
-    """A model field: JSON-schema ``keywords`` beyond its type; ``absent_ok``: a line may leave it out
-    (lines written before it existed)."""
-    return field(metadata={"schema": keywords, "absent_ok": absent_ok})
+def spec(**keywords: Any) -> Any:
+    """A model field: JSON-schema ``keywords`` beyond its type."""
+    return field(metadata={"schema": keywords})
 
 
 Time = Annotated[str, Def("time", (("pattern", "^DAY[1-9][0-9]* [0-2][0-9]:[0-5][0-9]:[0-5][0-9]$"),))]
@@ -74,7 +79,7 @@ class Declarations:
     closed: ClassVar[bool] = True
     memory: DeclarationRef = spec()
     backbone: DeclarationRef = spec()
-    writer: DeclarationRef = spec(absent_ok=True)
+    writer: DeclarationRef = spec()
 
 
 @dataclass(frozen=True)
@@ -87,14 +92,13 @@ class RunBlock:
     memory: str = spec()
     backbone: str = spec()
     config_hash: str = spec(pattern=HEX12)
-    release_fingerprint: str = spec(absent_ok=True, pattern=HEX12)
-    code: str = spec(absent_ok=True, pattern=HEX12)
-    model: str = spec(absent_ok=True, pattern=HEX12)
-    choices: Choices = spec(absent_ok=True)
-    overrides: dict | None = spec(absent_ok=True, propertyNames={
-        "pattern": "^(memory|backbone|writer|frames|generation)(\\.|$)"})
-    capabilities: Capabilities = spec(absent_ok=True)
-    declarations: Declarations = spec(absent_ok=True)
+    release_fingerprint: str | None = spec(pattern=HEX12)
+    code: str | None = spec(pattern=HEX12)
+    model: str | None = spec(pattern=HEX12)
+    choices: Choices | None = spec()
+    overrides: dict | None = spec(propertyNames={"pattern": "^(memory|backbone|writer|frames|generation)(\\.|$)"})
+    capabilities: Capabilities | None = spec()
+    declarations: Declarations | None = spec()
 
 
 @dataclass(frozen=True)
@@ -120,15 +124,15 @@ class Latency:
     engine_ttft_s: Seconds = spec()
     engine_total_s: Seconds = spec()
     elapsed_s: Seconds = spec()
-    encode_s: Seconds = spec(absent_ok=True)
+    encode_s: Seconds = spec()
     mode: Literal["isolated", "loaded"] = spec()
     in_flight: int = spec(minimum=0)
     concurrency: int = spec(minimum=1)
     prefix_caching: bool | None = spec()
     cached_tokens: int | None = spec(minimum=0)
-    ttft_from: Literal["last_update", "causal_prefix"] = spec(absent_ok=True)
-    update_s: Seconds = spec(absent_ok=True)
-    observe_s: Seconds = spec(absent_ok=True)
+    ttft_from: Literal["last_update", "causal_prefix"] | None = spec()
+    update_s: Seconds = spec()
+    observe_s: Seconds = spec()
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ class InstanceRecord:
 
     title: ClassVar[str] = "apm instance record (records/*.jsonl, one object per line)"
     closed: ClassVar[bool] = True
+    format_version: Version = spec()
     key: str = spec(pattern="^[^/]+/[^/]+/[^/]+$")
     run: RunBlock = spec()
     trajectory_id: str = spec()
@@ -174,7 +179,6 @@ class InstanceRecord:
     prompt_version: str = spec()
     prompt_sha256: str | None = spec(pattern=HEX64)
     prompt: list | None = spec(
-        absent_ok=True,
         description="what was sent, by reference (docs/prompts.md, What was sent is kept): per message [role, "
                     "parts], a text part as the SHA-256 of its text in RUN_DIR/prompts/, consecutive frames as a count",
         items={"type": "array", "minItems": 2, "maxItems": 2, "prefixItems": [
@@ -188,12 +192,12 @@ class InstanceRecord:
     tokens: Tokens = spec()
     truncation: dict | None = spec()
     memory_bytes: int = spec(minimum=0)
-    memory_sha256: str = spec(absent_ok=True, pattern=HEX64)
+    memory_sha256: str | None = spec(pattern=HEX64)
     error: str | None = spec()
     attempts: int = spec(minimum=0)
     shard: str = spec(pattern=Shard)
-    written_ns: int = spec(absent_ok=True, minimum=0)
-    revision: int = spec(absent_ok=True, minimum=1)
+    written_ns: int = spec(minimum=0)
+    revision: int = spec(minimum=0)
 
 
 @dataclass(frozen=True)
@@ -211,22 +215,23 @@ class MemoryLine:
 
     title: ClassVar[str] = "apm session memory record (memory/*.jsonl, one object per completed session)"
     closed: ClassVar[bool] = False
+    format_version: Version = spec()
     run: RunBlock = spec()
     trajectory_id: str = spec()
     day_id: str = spec(pattern="^DAY[1-9][0-9]*$")
     session_id: str = spec()
     session_index: int = spec(minimum=0)
     bytes: int = spec(minimum=0)
-    fast_weight_bytes: int = spec(absent_ok=True, minimum=0)
+    fast_weight_bytes: int = spec(minimum=0)
     prior_hours: float = spec(exclusiveMinimum=0)
     update_s: float = spec(minimum=0)
-    writer_parse_status: Literal["ok", "repaired", "failed"] = spec(absent_ok=True)
+    writer_parse_status: Literal["ok", "repaired", "failed"] | None = spec()
     error: str | None = spec()
-    writer_total_s: float = spec(absent_ok=True, minimum=0)
+    writer_total_s: float | None = spec(minimum=0)
     state: dict[str, StateFile] = spec()
     state_sha256: str = spec(pattern=HEX64)
-    written_ns: int = spec(absent_ok=True, minimum=0)
-    revision: int = spec(absent_ok=True, minimum=1)
+    written_ns: int = spec(minimum=0)
+    revision: int = spec(minimum=0)
 
 
 Criterion = Literal["pass", "partial", "fail", "not_applicable"]
@@ -236,32 +241,78 @@ Criterion = Literal["pass", "partial", "fail", "not_applicable"]
 @dataclass(frozen=True)
 class JudgementLine:
     """One judgement of a judged probe (``judgements/*.jsonl``): docs/records.md, "Judgement line".
-    ``judge_snapshot``, ``inputs_sha256``, ``failure`` and ``content_sha256`` may be absent: lines of the
-    judge before it wrote them (a line without ``content_sha256`` does not verify, so is never used)."""
+    ``inputs_sha256`` and ``content_sha256`` are null only on lines migrated from before format versions
+    (a line without ``content_sha256`` does not verify, so is never used)."""
 
     title: ClassVar[str] = "apm judgement line (judgements/*.jsonl, one object per judgement of a probe)"
     closed: ClassVar[bool] = True
+    format_version: Version = spec()
     key: str = spec(pattern="^[^/]+/[^/]+/[^/]+$")
     run: RunBlock = spec()
     judge: str = spec()
     judge_model: str = spec()
-    judge_snapshot: str | None = spec(absent_ok=True)
+    judge_snapshot: str | None = spec()
     rubric_version: str = spec(pattern="^a3-[0-9a-f]{12}$")
     response_sha256: str = spec(pattern=HEX64)
     cache_key: str = spec(pattern=HEX64)
-    inputs_sha256: str = spec(absent_ok=True, pattern=HEX64)
+    inputs_sha256: str | None = spec(pattern=HEX64)
     status: Literal["ok", "failed"] = spec()
     score: int | None = spec(minimum=1, maximum=5)
     criterion_checks: dict[str, Criterion] | None = spec()
     critical_issues: list[str] | None = spec()
     justification: str | None = spec()
     error: str | None = spec()
-    failure: Literal["backbone", "invalid_reply"] | None = spec(absent_ok=True)
+    failure: Literal["backbone", "invalid_reply"] | None = spec()
     attempts: int = spec(minimum=1)
     judge_s: float = spec(minimum=0)
-    content_sha256: str = spec(absent_ok=True, pattern=HEX64)
-    written_ns: int = spec(absent_ok=True, minimum=0)
-    revision: int = spec(absent_ok=True, minimum=1)
+    content_sha256: str | None = spec(pattern=HEX64)
+    written_ns: int = spec(minimum=0)
+    revision: int = spec(minimum=0)
+
+
+REFUSED = "not a valid line"
+"""How a :class:`LineRefused` message begins (a check that reads a run's error tells a refused line by it)."""
+
+
+class LineRefused(ValueError):
+    """A line its model refuses (:func:`built`): never written. A writer's bug, or a method's report that would
+    break the format (a memory line's facts overwriting a field with a value of another type)."""
+
+
+Written = TypeVar("Written", "InstanceRecord", "MemoryLine", "JudgementLine")
+"""A line model the writers build each line as (:func:`built`) and write from (:func:`line_of`)."""
+
+
+def built(model: type[Written], line: Mapping[str, Any]) -> Written:
+    """The ``model`` object of a line's fields: every field there, of its type and allowed values (nested
+    blocks as their models), and none beside (the object written back is the line; an open model's
+    top-level fields beyond it aside); else :class:`LineRefused` naming what is wrong (nothing is written)."""
+    try:
+        obj = msgspec.convert(line, model)
+    except msgspec.ValidationError as e:
+        raise LineRefused(f"{REFUSED}: {model.__name__}: {e}") from None
+    mine = line if model.closed else {k: v for k, v in line.items() if k in field_names(model)}
+    if _json(as_line(obj)) != _json(mine):
+        extra = sorted(set(line) - set(field_names(model)))
+        what = extra[0] if extra else "a block"
+        raise LineRefused(f"{REFUSED}: {model.__name__}: {what} has a field the model does not")
+    return obj
+
+
+def line_of(model: type[Written], fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The line written for ``fields``: the ``model`` object's (:func:`built`), then, for an open model (a
+    memory line), the fields beyond it as they are (what a method reports of its state)."""
+    line = as_line(built(model, fields))
+    return line if model.closed else {**line, **{k: v for k, v in fields.items() if k not in line}}
+
+
+def _json(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def as_line(obj: InstanceRecord | MemoryLine | JudgementLine) -> dict[str, Any]:
+    """A line model object as the JSON object written: its fields in model order, blocks as objects."""
+    return cast(dict[str, Any], orjson.loads(msgspec.json.encode(obj)))
 
 
 @functools.cache
@@ -342,11 +393,11 @@ def _field_schema(f: Field[Any], hint: Any, defs: dict[str, Schema]) -> Schema:
 
 
 def _object_schema(model: type, defs: dict[str, Schema]) -> Schema:
-    """A model class as a JSON object: its fields' schemas, each required unless its metadata says
-    ``absent_ok``; closed (no other field) unless the class says ``closed = False``."""
+    """A model class as a JSON object: its fields' schemas, each required; closed (no other field) unless
+    the class says ``closed = False``."""
     hints = get_type_hints(model, include_extras=True)
     own = [f for f in fields(model) if f.name in hints]
-    required = [f.name for f in own if not f.metadata.get("absent_ok", False)]
+    required = [f.name for f in own]
     schema: Schema = {"type": "object"}
     if getattr(model, "closed", True):
         schema["additionalProperties"] = False

@@ -2,7 +2,8 @@
 
 A path may be one run dir or any folder above several (a sweep): every ``records/*.jsonl``,
 ``judgements/*.jsonl`` and ``memory/*.jsonl`` below it is read, so shards of a config concatenate;
-for duplicate keys the newest line wins (greatest ``revision``, then ``written_ns``), whatever file it is in.
+for duplicate keys the newest line wins (greatest ``revision``, then ``written_ns``), whatever file it is in,
+chosen by :mod:`apm.records.select` on the integers as written.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from apm.records.judging import judged, response_digest, sorted_json, verifies
 from apm.records.lines import Kind, Skipped, TypedLines, read_typed
 from apm.records.model import InstanceRecord, JudgementLine, MemoryLine, RunBlock, named
 from apm.records.rundir import RunDir, find_runs
+from apm.records.select import REVISION, STAMP, newest_rows, position
 from apm.reduce.coverage import PlanFile, read_plans
 
 METHOD = ["dataset", "memory", "backbone", "config_hash"]
@@ -248,11 +250,18 @@ def _frame(typed: TypedLines, fields: Sequence[Field], saved_release: Callable[[
             saved = saved_release()
             derived[[value is None for value in derived]] = saved
         columns[name] = _per_block(derived, run_of)
-    columns |= _columns(typed.lines, fields)
+    columns |= {name: _order_column(values) if name in (REVISION, STAMP) else values
+                for name, values in _columns(typed.lines, fields).items()}
     if typed.raw:
         run_texts = [sorted_json(run) for run in typed.runs]  # each block's once, for every line's digest
-        columns[VERIFIED] = [_verifies(raw, run_texts[block]) for raw, block in zip(typed.raw, typed.run_of)]
+        columns[VERIFIED] = [_verifies(raw, run_texts[typed.written_run(i)]) for i, raw in enumerate(typed.raw)]
     return pd.DataFrame(columns)
+
+
+def _order_column(values: Sequence[int | None]) -> np.ndarray:
+    """A ``revision`` or ``written_ns`` column as the integers :mod:`apm.records.select` compares (null: 0),
+    never through float64 (a column of integers and nulls would become one)."""
+    return np.fromiter(map(position, values), dtype=np.uint64, count=len(values))
 
 
 def _columns(lines: list[Any], fields: Sequence[Field]) -> dict[str, list[Any]]:
@@ -277,13 +286,15 @@ def _inner(blocks: list[Any], name: str) -> list[Any]:
 
 
 def _verifies(raw: bytes, run_text: str) -> bool:
-    """Whether a judgement line verifies (:func:`apm.records.judging.verifies`, given its run block's
-    ``run_text``) on the dict the judge's own reader sees; a line orjson cannot read does not (read_typed
-    leaves every line orjson refuses to the dict path, which skips it; a reducer never raises on a line)."""
+    """Whether a judgement line verifies (:func:`apm.records.judging.verifies`) as written: given its run
+    block's ``run_text`` as written, else (a line without ``format_version`` the dict path read, whose block
+    read is the migrated one) from the line alone; a line orjson cannot read does not (read_typed leaves every
+    line orjson refuses to the dict path, which skips it; a reducer never raises on a line)."""
     try:
-        return verifies(orjson.loads(raw), run_text)
+        line = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return False
+    return verifies(line, run_text) or verifies(line)
 
 
 def _per_block(values: np.ndarray, run_of: np.ndarray) -> pd.Categorical:
@@ -362,22 +373,24 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
         out[c] = out[c].astype("category")
     for c in out.columns.intersection(_BOOLEAN):
         out[c] = out[c].astype("boolean")
-    for c in out.columns.intersection(["ttft_s", "total_s", "rtf", "score", "bytes", "fast_weight_bytes", "prior_hours",
-                                          "written_ns", "revision"]):
+    timings = ["ttft_s", "total_s", "rtf", "score", "bytes", "fast_weight_bytes", "prior_hours"]
+    for c in out.columns.intersection(timings):
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
+    for c in out.columns.intersection([REVISION, STAMP]):  # integers, as the rule compares them (never float64)
+        out[c] = out[c] if out[c].dtype == np.uint64 else _order_column(out[c].tolist())
     return out
 
 
-def in_write_order(df: pd.DataFrame) -> pd.DataFrame:
-    """Lines oldest first (docs/records.md, "Which line of a key wins"): by ``revision`` (none: 0), then
-    ``written_ns`` (none: before any), the order read breaking full ties."""
-    order = df.assign(_revision=df["revision"].fillna(0))
-    return order.sort_values(["_revision", "written_ns"], kind="stable", na_position="first").drop(columns="_revision")
+def _newest_rows(df: pd.DataFrame, keys: Sequence[str], preferred: pd.Series | None = None) -> np.ndarray:
+    """The positions of the rows :func:`apm.records.select.newest_rows` chooses, one per ``keys``."""
+    codes = df.groupby(list(keys), observed=True, sort=False, dropna=False).ngroup().to_numpy()
+    wanted = None if preferred is None else preferred.to_numpy(dtype=bool)
+    return newest_rows(codes, df[REVISION].to_numpy(dtype=np.uint64), df[STAMP].to_numpy(dtype=np.uint64), wanted)
 
 
 def latest(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """One row per ``keys``: the newest line (:func:`in_write_order`) wins."""
-    return in_write_order(df).drop_duplicates(list(keys), keep="last").sort_index().reset_index(drop=True)
+    """One row per ``keys``: the newest line (docs/records.md, "Which line of a key wins") wins."""
+    return df.iloc[_newest_rows(df, keys)].reset_index(drop=True)
 
 
 def _concat(kind: Kind, fields: Sequence[Field], files: Sequence[Path],
@@ -483,10 +496,7 @@ def _selected(df: pd.DataFrame, judge: str | None, rubric_version: str | None,
         wanted &= df["judge"].astype("str") == judge
     if rubric_version is not None:
         wanted &= df["rubric_version"].astype("str") == str(rubric_version)
-    stamped = in_write_order(df)
-    ordered = stamped.assign(_wanted=wanted.fillna(False)).sort_values("_wanted", kind="stable")
-    last = ordered.drop_duplicates(["config_hash", "key"], keep="last").drop(columns="_wanted")
-    return last.sort_index().reset_index(drop=True)
+    return df.iloc[_newest_rows(df, ["config_hash", "key"], wanted.fillna(False))].reset_index(drop=True)
 
 
 class UnmatchedPreference(ValueError):

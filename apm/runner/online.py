@@ -39,8 +39,11 @@ from apm.data.model import Release, Session, Trajectory
 from apm.memory.base import History, MemoryProtocol, SessionView, StateManifest, manifest_sha256, state_manifest
 from apm.prompts import turn_text
 from apm.records.identity import differing
-from apm.records.jsonl import JsonlAppender, latest_by, latest_records, read_folder
+from apm.records.jsonl import JsonlAppender, latest_records, read_folder
+from apm.records.model import InstanceRecord, MemoryLine
 from apm.records.rundir import RunDir
+from apm.records.select import latest_by
+from apm.records.version import FORMAT_VERSION
 from apm.runner import causality, latency, streaming
 from apm.runner.causality import check_shown
 from apm.runner.config import Rerun
@@ -272,7 +275,8 @@ class OnlineRun:
         state = await asyncio.to_thread(state_manifest, state_dir)
         error = facts.pop("error", None)
         self.stats.failed_updates += error is not None
-        line = self._memory.append({
+        line = self._memory.append_line(MemoryLine, {
+            "format_version": FORMAT_VERSION,
             "run": s.run_info,
             "trajectory_id": traj.trajectory_id,
             "day_id": session.day_id,
@@ -282,6 +286,8 @@ class OnlineRun:
             "prior_hours": prior_seconds / 3600,
             "update_s": update_s,
             "error": error,
+            "writer_parse_status": None,  # a summary writer's facts say
+            "writer_total_s": None,
             **facts,
             "state": state,
             "state_sha256": manifest_sha256(state),
@@ -305,7 +311,7 @@ class OnlineRun:
 
     def keep(self, record: dict[str, Any], response: Response) -> None:
         """Append an instance's record, count it and pass it on; stop when the endpoint keeps failing."""
-        self._records.append(record, supersedes=self._newest_records.get(record["key"]))
+        self._records.append_line(InstanceRecord, record, supersedes=self._newest_records.get(record["key"]))
         self.stats.new += 1
         self.stats.errors += record["error"] is not None
         if self.progress is not None:

@@ -11,6 +11,7 @@ from apm.data.instances import Instance
 from apm.data.model import Trajectory
 from apm.memory.base import manifest_sha256
 from apm.prompts import PROMPT_VERSION
+from apm.records.version import FORMAT_VERSION
 from apm.runner import latency
 from apm.runner.context import Prepared
 from apm.runner.outcome import apply_gate
@@ -33,6 +34,7 @@ def make_record(setup: RunSetup, inst: Instance, trajectory: Trajectory, prepare
     ttft = prep_s + response.ttft_s if response.ttft_s is not None else None
     fields = inst.candidate.fields
     return {
+        "format_version": FORMAT_VERSION,
         "key": inst.key,
         "run": setup.run_info,
         "trajectory_id": inst.trajectory_id,
@@ -70,6 +72,9 @@ def make_record(setup: RunSetup, inst: Instance, trajectory: Trajectory, prepare
             "engine_total_s": response.total_s,
             "elapsed_s": response.elapsed_s,
             "encode_s": response.encode_s,
+            "ttft_from": None,  # a streaming system's record says (apm.runner.streaming.streaming_record)
+            "update_s": None,
+            "observe_s": None,
             **latency.conditions(setup, in_flight, response),
         },
         "tokens": {"prompt": response.prompt_tokens, "completion": response.completion_tokens},

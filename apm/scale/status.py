@@ -25,8 +25,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from apm.records.jsonl import latest_by, read_folder, read_jsonl, revision_of
+from apm.records.jsonl import read_folder, read_jsonl
 from apm.records.rundir import RunDir, find_runs
+from apm.records.select import latest_by, revision_of
 from apm.runner import ledger
 from apm.scale import scheduler
 

@@ -22,6 +22,7 @@ from apm.records.declaration import Declaration
 from apm.records.judging import signed
 from apm.records.model import InstanceRecord, named
 from apm.records.rundir import RunDir
+from apm.records.version import FORMAT_VERSION
 
 Line = dict[str, Any]
 
@@ -40,14 +41,17 @@ def run_info(
     digest = hashlib.sha256(f"{dataset}/{memory}/{backbone}".encode()).hexdigest()[:12]
     declared = GENERAL_METHOD if declarations is None else declarations
     return {"dataset": dataset, "memory": memory, "backbone": backbone, "config_hash": digest,
-            "declarations": {part: d.as_record() if d else None for part, d in declared.items()}}
+            "release_fingerprint": None, "code": None, "model": None, "choices": None, "overrides": None,
+            "capabilities": None,
+            "declarations": {"writer": None} | {part: d.as_record() if d else None for part, d in declared.items()}}
 
 
 def latency(ttft_s: float | None = 1.0, total_s: float | None = 2.0, rtf: float | None = 0.01) -> Line:
     """A complete ``latency`` block (prefix 300 s, measured in isolation: the only latency tables use)."""
     return {"prep_s": 0.1, "ttft_s": ttft_s, "total_s": total_s, "prefix_s": 300.0, "rtf": rtf,
             "engine_ttft_s": ttft_s, "engine_total_s": total_s, "elapsed_s": total_s,
-            "mode": "isolated", "in_flight": 1, "concurrency": 1, "prefix_caching": None, "cached_tokens": None}
+            "encode_s": None, "mode": "isolated", "in_flight": 1, "concurrency": 1, "prefix_caching": None,
+            "cached_tokens": None, "ttft_from": None, "update_s": None, "observe_s": None}
 
 
 def record(task: str, candidate: str, probe: str = "query", trajectory: str = "T1", **fields: Any) -> Line:
@@ -55,6 +59,7 @@ def record(task: str, candidate: str, probe: str = "query", trajectory: str = "T
     describe a correct, well-formed MCQA answer; an override that is no field of the model is refused."""
     named(InstanceRecord, *fields)
     line: Line = {
+        "format_version": FORMAT_VERSION,
         "key": f"{trajectory}/{candidate}/{probe}",
         "run": run_info(),
         "trajectory_id": trajectory,
@@ -81,21 +86,33 @@ def record(task: str, candidate: str, probe: str = "query", trajectory: str = "T
         "frames": [{"session": "DAY1/S002", "offset": 10.0 * i, "wall_clock": f"DAY1 11:0{i}:00"} for i in range(4)],
         "prompt_version": "v1",
         "prompt_sha256": "0" * 64,
+        "prompt": None,
         "latency": latency(),
         "tokens": {"prompt": 1000, "completion": 20},
         "truncation": None,
         "memory_bytes": 0,
+        "memory_sha256": None,
         "error": None,
         "attempts": 1,
         "shard": "shard-0-of-1",
+        "written_ns": 0,
+        "revision": 0,
     }
     line.update(fields)
     return line
 
 
+def judged_record(candidate: str, **fields: Any) -> Line:
+    """A record the judge scores (:func:`record`): a positive RCR probe whose decision passed the gate."""
+    adaptive = {"probe": "pos", "polarity": "positive", "decision": "INTERVENE", "answer": None, "correct": None,
+                "correct_option": None, "gate_pass": True, "output": "Decision: INTERVENE"}
+    return record("RCR", candidate, **{**adaptive, **fields})
+
+
 def judgement(rec: Line, score: int | None, status: str = "ok", judge: str = "judge-x", **fields: Any) -> Line:
     """One judgement line for record ``rec``."""
     line: Line = {
+        "format_version": FORMAT_VERSION,
         "key": rec["key"],
         "run": rec["run"],
         "judge": judge,
@@ -117,6 +134,7 @@ def memory_line(trajectory: str, index: int, size: int, prior_hours: float, run:
     ``size`` bytes (its digest stands for content of that size)."""
     state = {f"session-{index}.bin": {"bytes": size, "sha256": hashlib.sha256(str(size).encode()).hexdigest()}}
     return {
+        "format_version": FORMAT_VERSION,
         "run": run or run_info(),
         "trajectory_id": trajectory,
         "day_id": "DAY1",
@@ -124,10 +142,15 @@ def memory_line(trajectory: str, index: int, size: int, prior_hours: float, run:
         "session_index": index,
         "bytes": size,
         "prior_hours": prior_hours,
+        "fast_weight_bytes": 0,
         "update_s": 0.5,
+        "writer_parse_status": None,
+        "writer_total_s": None,
         "error": None,
         "state": state,
         "state_sha256": hashlib.sha256(json.dumps(state, sort_keys=True, separators=(",", ":")).encode()).hexdigest(),
+        "written_ns": 0,
+        "revision": 0,
     }
 
 

@@ -3,15 +3,15 @@ per instance key the release's prompt fields and every method's record, frames, 
 judgement — the records streamed one at a time (:meth:`Views.cells`), so a build at the paper's scale
 holds only small per-instance summaries (:class:`Row`).
 
-Lines are chosen exactly as ``apm-reduce`` chooses them (:func:`apm.reduce.load_runs`: newest write
-stamp per key, stale judgements dropped, ``--judge`` preferred); the viewer then shows those lines
-whole, so it never disagrees with the scores at the top of the page.
+Lines are chosen exactly as ``apm-reduce`` chooses them (:func:`apm.reduce.load_runs`: the newest line per
+key by :mod:`apm.records.select`, stale judgements dropped, ``--judge`` preferred); the viewer then finds
+each chosen row's line by its :data:`~apm.records.select.LineId` and shows it whole, so it never disagrees
+with the scores at the top of the page.
 """
 
 from __future__ import annotations
 
 import base64
-import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +35,7 @@ from apm.records.model import InstanceRecord, JudgementLine, named
 from apm.records.prompts import NOT_KEPT, PromptUnavailable, restore, text_digest, text_path
 from apm.records.redact import register_config_secrets
 from apm.records.rundir import RunDir, find_runs, not_regular
+from apm.records.select import REVISION, STAMP, LineId, line_id, line_ids
 from apm.reduce import RunSet, check_preference, load_runs, score_table
 from apm.reduce.coverage import PARTIAL, coverage_by_method
 from apm.reduce.names import row_label, row_rank
@@ -45,8 +46,6 @@ from apm.view.thumbs import Thumbnails
 
 Pick = tuple[str, str]
 """(config hash, instance key): one method's line of one instance."""
-Stamped = tuple[str, str, float | None]
-"""(config hash, key, write stamp): a line as the reducer tells lines apart."""
 
 SCORES: tuple[tuple[str, str, str], ...] = (
     ("overall", "all", "Overall"),
@@ -134,39 +133,27 @@ def check_release(run: ViewedRun, release: Release | str) -> None:
                              f"{run.release_fingerprint}, now {now}); view it with the release it was run on")
 
 
-def _stamp(value: Any) -> float | None:
-    """A write stamp as the reducer compares it (float64), None when the line has none."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return float(value)
-
-
-def _stamped(line: Line) -> Stamped:
-    return str(line["run"]["config_hash"]), line["key"], _stamp(line.get("written_ns"))
-
-
 def _files(runs: Sequence[ViewedRun], kind: Kind) -> Iterator[tuple[ViewedRun, Path]]:
     for run in runs:
         for path in RunDir(run.path).files(kind):
             yield run, path
 
 
-def _lines(runs: Sequence[ViewedRun], kind: Kind) -> dict[Stamped, tuple[ViewedRun, Line]]:
+def _lines(runs: Sequence[ViewedRun], kind: Kind) -> dict[LineId, tuple[ViewedRun, Line]]:
     """Every usable ``<kind>/*.jsonl`` line of the runs, with the run dir holding it; of lines that
-    the reducer cannot tell apart the one read later wins, as in the reducer."""
-    return {_stamped(line): (run, line) for run, path in _files(runs, kind) for line in read_lines(path, kind)}
+    the rule cannot tell apart the one read later wins, as in the reducer."""
+    return {line_id(line): (run, line) for run, path in _files(runs, kind) for line in read_lines(path, kind)}
 
 
-def chosen(table: pd.DataFrame, lines: Mapping[Stamped, tuple[ViewedRun, Line]]) -> dict[Pick, tuple[ViewedRun, Line]]:
+def chosen(table: pd.DataFrame, lines: Mapping[LineId, tuple[ViewedRun, Line]]) -> dict[Pick, tuple[ViewedRun, Line]]:
     """The whole line (and its run dir) behind each row the reducer kept in ``table``."""
     picked = ((key[0], key[1], lines.get(key)) for key in kept(table))
     return {(h, key): found for h, key, found in picked if found is not None}
 
 
-def kept(table: pd.DataFrame) -> list[Stamped]:
-    """The (config hash, key, write stamp) of each row the reducer kept in ``table``."""
-    rows = table.loc[:, ["config_hash", "key", "written_ns"]].itertuples(index=False)
-    return [(str(h), str(key), _stamp(stamp)) for h, key, stamp in rows]
+def kept(table: pd.DataFrame) -> list[LineId]:
+    """The :data:`~apm.records.select.LineId` of each row the reducer kept in ``table``."""
+    return line_ids(*(table[c].tolist() for c in ("config_hash", "key", REVISION, STAMP)))
 
 
 def chosen_records(table: pd.DataFrame, runs: Sequence[ViewedRun]) -> Iterator[tuple[ViewedRun, Line]]:
@@ -174,14 +161,14 @@ def chosen_records(table: pd.DataFrame, runs: Sequence[ViewedRun]) -> Iterator[t
     more than one line is held at a time; of lines the reducer cannot tell apart the one read later
     wins (a first pass notes where each wanted line last occurs)."""
     wanted = set(kept(table))
-    last: dict[Stamped, tuple[Path, int]] = {}
+    last: dict[LineId, tuple[Path, int]] = {}
     for _, path in _files(runs, "records"):
         for i, line in enumerate(read_lines(path, "records")):
-            if (stamp := _stamped(line)) in wanted:
-                last[stamp] = (path, i)
+            if (found := line_id(line)) in wanted:
+                last[found] = (path, i)
     for run, path in _files(runs, "records"):
         for i, line in enumerate(read_lines(path, "records")):
-            if last.get(_stamped(line)) == (path, i):
+            if last.get(line_id(line)) == (path, i):
                 yield run, line
 
 
