@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from apm.publish.source import chosen_line, read_methods
+from apm.publish.source import chosen_line, instance_lines, judge_notes, read_methods
 from apm.records.select import REVISION, STAMP, latest_by, line_id
 from apm.reduce.load import _typed, latest, load_judgements, load_records
 from apm.testing import fixtures
@@ -46,10 +46,10 @@ def test_reduce_chooses_the_newer_line(tmp_path: Path) -> None:
 
 def test_publish_chooses_the_newer_line_and_its_judges_text(tmp_path: Path) -> None:
     (method,) = read_methods(_run(tmp_path / "run"), None, None, 0, 0)
-    assert method.records["attempts"].tolist() == [2]
+    assert instance_lines(method, lambda line: line["attempts"]) == [2]
     (judgement,) = method.judgements.to_dict("records")
     assert judgement["score"] == 5
-    assert method.notes[chosen_line(method.config_hash, judgement)]["justification"] == "newer"
+    assert judge_notes(method)[chosen_line(method.config_hash, judgement)]["justification"] == "newer"
 
 
 def test_view_shows_the_newer_lines(tmp_path: Path) -> None:
