@@ -593,7 +593,9 @@ def test_the_fault_filter_shows_errored_and_unparsed_instances(built: dict[str, 
         assert {r.get_attribute("data-key") for r in rows} == {k for k, f in faults.items() if f in wanted}
         for row in rows:
             cell = row.find_element("css selector", f"section.method[data-method='{oracle_id}']")
-            assert cell.get_attribute("data-fault") == faults[row.get_attribute("data-key")]
+            fault = faults[row.get_attribute("data-key")]
+            assert cell.get_attribute("data-fault") == fault
+            assert cell.find_element("css selector", ".verdict").text.endswith(f"wrong · {fault.replace('_', ' ')}")
         assert f"fault={choice}" in browser.current_url
     Select(browser.find_element("id", "f-of")).select_by_value(next(iter(built["records"])))
     assert browser.find_element("id", "count").get_attribute("data-matching") == "0" and not shown(browser)

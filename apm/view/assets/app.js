@@ -195,11 +195,12 @@
   }
 
   function verdict(inst, v) {
+    const fault = v.fault ? ` · ${v.fault.replace("_", " ")}` : "";
     if (inst.family === "adaptive") {
       const option = v.answer ? ` (option ${v.answer})` : "";
-      return `decision ${v.decision || "none"}${option} · gate ${v.gate_pass ? "pass" : "fail"}`;
+      return `decision ${v.decision || "none"}${option} · gate ${v.gate_pass ? "pass" : "fail"}${fault}`;
     }
-    return `answer ${v.answer || "none"} (correct ${inst.correct_option || "?"}) · ${v.outcome}`;
+    return `answer ${v.answer || "none"} (correct ${inst.correct_option || "?"}) · ${v.outcome}${fault}`;
   }
 
   function frame(f) {
