@@ -27,9 +27,11 @@ from apm.cli.judge import main as judge
 from apm.cli.view import main as view
 from apm.data.instances import release_instances
 from apm.data.release import load_release
+from apm.data.tasks import TASKS
 from apm.records.prompts import reader, restore
 from apm.records.rundir import RunDir
 from apm.reduce import load_runs, score_table
+from apm.reduce.tables import method_rows
 from apm.synth import generate
 from apm.video.cache import FrameCache
 from apm.video.thumbnails import recorded_frame
@@ -42,6 +44,28 @@ CHROMIUM_FLAGS = (
 )
 METHODS = (("none", "random"), ("raw_video", "oracle"))
 """Two methods that disagree often: SimpleStream with random answers, raw video with the oracle."""
+FAULTS = {
+    "errored": {"error": "TimeoutError: backbone timed out", "output": "", "finish_reason": None,
+                "parse_status": None, "parse_error": None, "answer": None, "correct": None},
+    "parse_failed": {"output": "I cannot tell.", "parse_status": "failed", "parse_error": "no_answer", "answer": None,
+                     "correct": False},
+}
+"""What the runner writes of a backbone error and of an output with no answer in it, injected into the oracle's
+first ER records (the tiny real backbones neither fail nor ramble)."""
+
+
+def inject_faults(run_dir: Path) -> dict[str, str]:
+    """Give the run's first ER records the :data:`FAULTS` (rewriting its records files); key → fault."""
+    faulted: dict[str, str] = {}
+    for path in sorted((run_dir / "records").glob("*.jsonl")):
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        for line in lines:
+            if line["task"] == "ER" and len(faulted) < len(FAULTS):
+                fault = list(FAULTS)[len(faulted)]
+                line.update(FAULTS[fault])
+                faulted[line["key"]] = fault
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return faulted
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +78,14 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         cfg = compose_run(tiny, tmp / "runs", tmp / "cache",
                           [f"memory={memory}", f"backbone={backbone}", "backbone.max_frames=8"])
         dirs.append(run(cfg))
-        assert judge([str(dirs[-1]), "judge=gate_only"]) == 0
+    faults = inject_faults(dirs[-1])
+    for d in dirs:
+        assert judge([str(d), "judge=gate_only"]) == 0
     assert view([str(tmp / "runs"), "--out", str(tmp / "site")]) == 0
     order = [i.key for i in release_instances(load_release(tiny, check_videos=False))]
     by_method = {records(d)[0]["run"]["config_hash"]: {r["key"]: r for r in records(d)} for d in dirs}
     return {"site": tmp / "site", "runs": tmp / "runs", "dirs": dirs, "order": order, "records": by_method,
-            "release": tiny}
+            "release": tiny, "faults": faults}
 
 
 def page_data(site: Path) -> dict[str, Any]:
@@ -138,7 +164,38 @@ def test_scores_at_the_top_are_the_reducers(built: dict[str, Any]) -> None:
         overall = mine[(mine["metric"] == "overall") & (mine["task"] == "all")]["value"].item()
         assert method["scores"]["overall/all"]["value"] == pytest.approx(overall)
         assert method["scores"]["task_score/ER"]["n"] == release_instance_count(built["release"], {"ER"})
-    assert [c["label"] for c in data["score_columns"]][:4] == ["Overall", "Cross-session", "Perception", "Adaptive"]
+
+
+def test_the_score_table_is_in_the_papers_order(built: dict[str, Any]) -> None:
+    """Issue 36.9: columns as the paper's Tables 3 and 4 order them (capabilities, Overall; the tasks, EA, EU),
+    rows (methods) as ``apm-reduce``'s tables order them; each column names the instances behind it."""
+    data = page_data(built["site"])
+    assert [c["label"] for c in data["score_columns"]] == ["CS Und.", "Perception", "Adaptive", "Overall", *TASKS,
+                                                           "EA", "EU"]
+    assert [c["id"] for c in data["score_columns"]][:5] == [
+        "capability_score/cross_session", "capability_score/perception", "capability_score/adaptive", "overall/all",
+        "task_score/ER"]
+    filters = {c["id"]: c["filter"] for c in data["score_columns"]}
+    assert filters["overall/all"] == {} and filters["capability_score/perception"] == {"family": "perception"}
+    assert filters["task_score/TPG"] == {"task": "TPG"} and filters["eu_accuracy/EA"] == {"task": "EA"}
+    runs = load_runs(built["dirs"])
+    rows = method_rows(score_table(runs.records, runs.judgements, runs.memory, reps=0))
+    assert [m["label"] for m in data["methods"]] == list(rows["method"].cat.categories)
+    assert data["methods"][-1]["label"].endswith("(baseline)")  # the random backbone: a reference row, last
+
+
+def test_each_instance_names_its_errored_and_unparsed_methods(built: dict[str, Any]) -> None:
+    """An instance's ``faults``: per method ``e`` (backbone error), ``p`` (parse failed), ``.`` or ``-`` (no record)."""
+    data = page_data(built["site"])
+    for entry in data["instances"]:
+        expected = ""
+        for m in data["methods"]:
+            record = built["records"][m["id"]].get(entry["key"])
+            expected += "-" if record is None else "e" if record["error"] else \
+                "p" if record["parse_status"] == "failed" else "."
+        assert entry["faults"] == expected
+    marked = {e["key"]: e["faults"].strip(".-") for e in data["instances"] if e["faults"].strip(".-")}
+    assert marked == {k: {"errored": "e", "parse_failed": "p"}[f] for k, f in built["faults"].items()}
 
 
 def test_site_is_self_contained_and_thumbnails_are_small(built: dict[str, Any]) -> None:
@@ -521,3 +578,77 @@ def test_the_prompt_sent_and_the_full_strip_open_in_place(built: dict[str, Any],
     assert f"[Current time: {record['probe_time']}]" in texts[-1]
     frames = section.find_element("css selector", "details.sent .sent-frames").text
     assert frames == f"[{len(record['frames'])} video frames]"
+
+
+def test_the_fault_filter_shows_errored_and_unparsed_instances(built: dict[str, Any], browser: Any) -> None:
+    """Issue 36.9: the instances a method errored on or whose output did not parse, for any method or for one."""
+    from selenium.webdriver.support.ui import Select
+
+    open_page(browser, built["site"])
+    faults, oracle_id = built["faults"], next(reversed(built["records"]))
+    for choice, wanted in (("errored", {"errored"}), ("parse_failed", {"parse_failed"}),
+                           ("either", {"errored", "parse_failed"})):
+        Select(browser.find_element("id", "f-fault")).select_by_value(choice)
+        rows = shown(browser)
+        assert {r.get_attribute("data-key") for r in rows} == {k for k, f in faults.items() if f in wanted}
+        for row in rows:
+            cell = row.find_element("css selector", f"section.method[data-method='{oracle_id}']")
+            fault = faults[row.get_attribute("data-key")]
+            assert cell.get_attribute("data-fault") == fault
+            assert cell.find_element("css selector", ".verdict").text.endswith(f"wrong · {fault.replace('_', ' ')}")
+        assert f"fault={choice}" in browser.current_url
+    Select(browser.find_element("id", "f-of")).select_by_value(next(iter(built["records"])))
+    assert browser.find_element("id", "count").get_attribute("data-matching") == "0" and not shown(browser)
+
+
+def test_a_score_cell_shows_the_instances_behind_it(built: dict[str, Any], browser: Any) -> None:
+    """Issue 36.9: a click on a method's task score sets the method and the task (its column shown again, the
+    other filters cleared) and scrolls to the list: exactly the instances that score counts."""
+    from selenium.webdriver.support.ui import Select
+
+    open_page(browser, built["site"])
+    data = page_data(built["site"])
+    random_id, oracle_id = list(built["records"])
+    browser.find_element("css selector", f"#score-table input[data-method='{oracle_id}']").click()
+    Select(browser.find_element("id", "f-polarity")).select_by_index(1)
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.find_element("css selector", f"td[data-method='{oracle_id}'][data-column='task_score/ER']").click()
+    rows = shown(browser)
+    score = next(m for m in data["methods"] if m["id"] == oracle_id)["scores"]["task_score/ER"]
+    assert browser.find_element("id", "count").get_attribute("data-matching") == str(score["n"])
+    assert {r.get_attribute("data-task") for r in rows} == {"ER"}
+    assert rows[0].find_elements("css selector", f"section.method[data-method='{oracle_id}']")
+    assert "task=ER" in browser.current_url and f"of={oracle_id}" in browser.current_url
+    assert "hide=" not in browser.current_url and "polarity=" not in browser.current_url
+    assert Select(browser.find_element("id", "f-task")).first_selected_option.get_attribute("value") == "ER"
+    assert browser.execute_script("return window.scrollY") > 0
+    browser.find_element("css selector", f"td[data-method='{random_id}'][data-column='capability_score/perception']"
+                         ).click()
+    perception = {k for k, r in built["records"][random_id].items() if r["family"] == "perception"}
+    assert browser.find_element("id", "count").get_attribute("data-matching") == str(len(perception))
+    assert "family=perception" in browser.current_url and "task=" not in browser.current_url
+
+
+def test_a_thumbnail_opens_enlarged_and_closes(built: dict[str, Any], browser: Any) -> None:
+    """Issue 36.9: a click on a thumbnail shows that frame large with its caption; Escape or a click closes it."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    open_page(browser, built["site"])
+    thumb = browser.find_element("css selector", "#rows .frames img")
+    caption = thumb.find_element("xpath", "..").find_element("css selector", "figcaption").text
+    dialog = browser.find_element("id", "frame-view")
+    assert not dialog.is_displayed()
+    for close in ("escape", "click"):
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", thumb)
+        thumb.click()
+        big = browser.find_element("id", "frame-view-image")
+        assert dialog.get_attribute("open") is not None and dialog.is_displayed()
+        assert big.get_attribute("src") == thumb.get_attribute("src")
+        assert browser.find_element("id", "frame-view-caption").text == caption
+        assert big.size["width"] >= 3 * thumb.size["width"]
+        if close == "escape":
+            ActionChains(browser).send_keys(Keys.ESCAPE).perform()
+        else:
+            dialog.click()
+        assert dialog.get_attribute("open") is None and not dialog.is_displayed()

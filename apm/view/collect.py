@@ -28,7 +28,7 @@ from apm.data.instances import Instance, release_instances
 from apm.data.model import Release
 from apm.data.problems import ReleaseError
 from apm.data.release import load_release
-from apm.data.tasks import ADAPTIVE, EA, MCQA_TASKS, TASKS
+from apm.data.tasks import ADAPTIVE, EA, FAMILIES, MCQA_TASKS, TASKS
 from apm.records.atomic import read_run_config
 from apm.records.lines import Kind, Line, read_lines
 from apm.records.model import InstanceRecord, JudgementLine, named
@@ -40,6 +40,7 @@ from apm.reduce import RunSet, check_preference, load_runs, score_table
 from apm.reduce.coverage import PARTIAL, coverage_by_method
 from apm.reduce.names import row_label, row_rank
 from apm.reduce.scores import judge_names, method_info
+from apm.reduce.tables import TABLES
 from apm.video.cache import VideoDecodeError
 from apm.video.select import uniform_indices
 from apm.view.thumbs import Thumbnails
@@ -47,15 +48,33 @@ from apm.view.thumbs import Thumbnails
 Pick = tuple[str, str]
 """(config hash, instance key): one method's line of one instance."""
 
-SCORES: tuple[tuple[str, str, str], ...] = (
-    ("overall", "all", "Overall"),
-    ("capability_score", "cross_session", "Cross-session"),
-    ("capability_score", "perception", "Perception"),
-    ("capability_score", "adaptive", "Adaptive"),
-    *(("task_score", task, task) for task in TASKS),
-    ("ea_balanced", EA, "EA"),
-)
-"""The score columns at the top of the page: (metric, task, heading), as in ``scores.csv``."""
+PAPER_TABLES = ("table3", "table4")
+"""The paper's tables whose score columns head the page, in their order (:data:`apm.reduce.tables.TABLES`)."""
+SCORE_METRICS = frozenset({"capability_score", "overall", "task_score", "ea_accuracy", "eu_accuracy"})
+"""Of those tables' columns, the utility scores (storage and latency are per run, not per instance)."""
+
+
+def paper_scores() -> tuple[tuple[str, str, str], ...]:
+    """The score columns at the top of the page, (metric, task, heading) as in ``scores.csv``, in the paper's
+    order: Table 3's capability scores and Overall, then Table 4's task scores, EA and EU, each once."""
+    columns: dict[tuple[str, str], str] = {}
+    for table in TABLES:
+        if table.name in PAPER_TABLES:
+            for c in table.columns:
+                if c.metric in SCORE_METRICS:
+                    columns.setdefault((c.metric, c.task), c.header)
+    return tuple((metric, task, header) for (metric, task), header in columns.items())
+
+
+SCORES = paper_scores()
+
+
+def column_filter(task: str) -> dict[str, str]:
+    """The instance filter behind a score column of ``task``: its task, its capability family, or none (all)."""
+    if task in TASKS or task == EA:
+        return {"task": task}
+    return {"family": task} if task in FAMILIES else {}
+
 
 RECORD_FIELDS = named(
     InstanceRecord, "output", "finish_reason", "parse_status", "parse_error", "decision", "answer", "correct",
@@ -214,10 +233,12 @@ def methods(runs: RunSet, dirs: Sequence[ViewedRun]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda m: (rank[m["id"]], m["label"], m["id"]))
 
 
-def score_columns(found: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
-    """The :data:`SCORES` columns that some method has."""
+def score_columns(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The :data:`SCORES` columns that some method has, each with the filter of its instances (a click on a
+    score cell shows them)."""
     have = {name for m in found for name in m["scores"]}
-    return [{"id": f"{m}/{t}", "label": label} for m, t, label in SCORES if f"{m}/{t}" in have]
+    return [{"id": f"{m}/{t}", "label": label, "filter": column_filter(t)} for m, t, label in SCORES
+            if f"{m}/{t}" in have]
 
 
 def outcome(record: Line) -> str:
@@ -225,6 +246,14 @@ def outcome(record: Line) -> str:
     instance is wrong, as the scores count it."""
     passed = record.get("gate_pass") if record.get("task") in ADAPTIVE else record.get("correct")
     return "right" if passed is True else "wrong"
+
+
+def fault(record: Line) -> str | None:
+    """``errored`` (a backbone error), ``parse_failed`` (an output no answer or decision could be read from),
+    or None: the instances the scores count as ``n_error`` and as format failures."""
+    if record.get("error") is not None:
+        return "errored"
+    return "parse_failed" if record.get("parse_status") == "failed" else None
 
 
 def prompt_parts(instance: Instance) -> list[dict[str, Any]]:
@@ -370,7 +399,8 @@ def record_view(record: Line, judgement: Line | None, frames: list[dict[str, Any
     """What the page shows of one method's record of an instance."""
     latency = record.get("latency") or {}
     return {
-        **{k: record.get(k) for k in RECORD_FIELDS}, "outcome": outcome(record), "frames": frames, "strip": every,
+        **{k: record.get(k) for k in RECORD_FIELDS}, "outcome": outcome(record), "fault": fault(record),
+        "frames": frames, "strip": every,
         "sent": sent, "ttft_s": latency.get("ttft_s"), "total_s": latency.get("total_s"),
         "judgement": None if judgement is None else {k: judgement.get(k) for k in JUDGEMENT_FIELDS},
     }
@@ -388,6 +418,7 @@ class Row:
 
     fields: dict[str, Any]
     answers: dict[str, tuple[Any, Any, str]] = field(default_factory=dict)
+    faults: dict[str, str | None] = field(default_factory=dict)
     chunks: dict[str, int] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
 
@@ -398,6 +429,7 @@ class Row:
 
     def add(self, config_hash: str, view: Mapping[str, Any], chunk: int, texts: Mapping[str, str]) -> None:
         self.answers[config_hash] = (view["answer"], view["decision"], view["outcome"])
+        self.faults[config_hash] = view["fault"]
         self.chunks[config_hash] = chunk
         self.texts.update(texts)
 

@@ -141,6 +141,8 @@ class Chunks:
 
 OUTCOME_MARKS = {"right": "r", "wrong": "w"}
 """An outcome in ``data.js``'s ``outcomes`` string; ``-``: the method has no record of the instance."""
+FAULT_MARKS = {"errored": "e", "parse_failed": "p", None: "."}
+"""A fault (:func:`apm.view.collect.fault`) in ``data.js``'s ``faults`` string; ``-``: no record."""
 
 
 def filter_entry(key: str, row: Row, chunk: int, method_ids: Sequence[str]) -> dict[str, Any]:
@@ -149,6 +151,7 @@ def filter_entry(key: str, row: Row, chunk: int, method_ids: Sequence[str]) -> d
     instance's own chunk ``<task>/i-<chunk>``, method ``j``'s cell in ``<task>/m<j>-<cells[j]>``."""
     return {**{k: row.fields[k] for k in FILTER_FIELDS if k in row.fields}, "key": key, "differs": row.differs,
             "outcomes": "".join(OUTCOME_MARKS[row.answers[h][2]] if h in row.answers else "-" for h in method_ids),
+            "faults": "".join(FAULT_MARKS[row.faults[h]] if h in row.faults else "-" for h in method_ids),
             "chunk": chunk, "cells": [row.chunks.get(h) for h in method_ids]}
 
 

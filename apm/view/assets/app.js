@@ -5,9 +5,9 @@
 "use strict";
 (function () {
   const D = window.APM_VIEW;
-  const FILTERS = ["task", "family", "polarity", "outcome", "of", "differs", "key", "size"];
-  const state = { task: "", family: "", polarity: "", outcome: "", of: "", differs: "", key: "", size: "25", page: 0,
-    hide: "" };  // hide: comma-separated config hashes whose column is not shown
+  const FILTERS = ["task", "family", "polarity", "outcome", "fault", "of", "differs", "key", "size"];
+  const state = { task: "", family: "", polarity: "", outcome: "", fault: "", of: "", differs: "", key: "", size: "25",
+    page: 0, hide: "" };  // hide: comma-separated config hashes whose column is not shown
   const $ = (id) => document.getElementById(id);
   const chunks = {};
   const loading = {};
@@ -45,15 +45,33 @@
   const methodById = Object.fromEntries(D.methods.map((m) => [m.id, m]));
   const methodIndex = Object.fromEntries(D.methods.map((m, i) => [m.id, i]));
   const OUTCOMES = { r: "right", w: "wrong" };
+  // The fault filter's choices as marks of data.js's `faults` (site.py's FAULT_MARKS): e errored, p parse failed.
+  const FAULTS = { errored: "e", parse_failed: "p", either: "ep" };
   // Where an instance's parts are (site.py's filter_entry): its own fields, and method i's cell (null: none).
   const ownChunk = (e) => `${e.task}/i-${e.chunk}`;
   const cellChunk = (e, i) => (e.cells[i] === null ? null : `${e.task}/m${i}-${e.cells[i]}`);
 
-  function scoreCell(score) {
+  // A score with its counts on hover; a click shows the instances behind it (showInstances).
+  function scoreCell(m, column) {
+    const score = m.scores[column.id];
     if (!score) return el("td", {}, "");
     const mark = score.n_error > 0 ? "†" : "";
-    const title = `n=${score.n}, errors=${score.n_error}, unjudged=${score.n_unjudged}`;
-    return el("td", { title, "data-score": score.value === null ? "" : score.value }, num(score.value, 2) + mark);
+    const title = `n=${score.n}, errors=${score.n_error}, unjudged=${score.n_unjudged} (click: show these instances)`;
+    return el("td", { title, className: "score", "data-method": m.id, "data-column": column.id,
+      "data-score": score.value === null ? "" : score.value, onclick: () => showInstances(m, column) },
+    num(score.value, 2) + mark);
+  }
+
+  // The instances behind a score cell: every other filter cleared, the column's task or family and the method
+  // set (its column shown), and the list scrolled into view.
+  function showInstances(m, column) {
+    for (const name of FILTERS) if (name !== "size") state[name] = "";
+    Object.assign(state, column.filter, { of: m.id, page: 0 });
+    state.hide = [...hidden()].filter((id) => id !== m.id).join(",");
+    writeHash();
+    showState();
+    render();
+    $("filters").scrollIntoView({ block: "start" });
   }
 
   const hidden = () => new Set(state.hide.split(",").filter(Boolean));
@@ -77,7 +95,7 @@
       el("td", { className: "label", title: [...m.run_dirs, m.coverage.gap].filter(Boolean).join("\n") }, m.label,
         m.coverage.gap ? el("div", { className: "coverage-gap" }, m.coverage.gap) : ""),
       el("td", { className: "left mono" }, m.config_hash),
-      el("td", { className: "left" }, m.judge || "none"), cols.map((c) => scoreCell(m.scores[c.id]))));
+      el("td", { className: "left" }, m.judge || "none"), cols.map((c) => scoreCell(m, c))));
     $("score-table").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
   }
 
@@ -117,6 +135,7 @@
     $("prev").onclick = () => { state.page -= 1; writeHash(); render(); };
     $("next").onclick = () => { state.page += 1; writeHash(); render(); };
     window.addEventListener("hashchange", () => { readHash(); render(); });
+    $("frame-view").addEventListener("click", () => $("frame-view").close());
   }
 
   // The filters live in the URL's #fragment, so a filtered view can be bookmarked or shared.
@@ -132,9 +151,14 @@
   function readHash() {
     const params = new URLSearchParams(location.hash.slice(1));
     for (const name of [...FILTERS, "hide"]) state[name] = params.get(name) || (name === "size" ? "25" : "");
+    state.page = Math.max(0, Number(params.get("page") || 1) - 1);
+    showState();
+  }
+
+  // The inputs as the state says: each filter's value, each method's checkbox.
+  function showState() {
     const off = hidden();
     for (const box of document.querySelectorAll("#score-table input[data-method]")) box.checked = !off.has(box.dataset.method);
-    state.page = Math.max(0, Number(params.get("page") || 1) - 1);
     for (const name of FILTERS) {
       const input = $("f-" + name);
       if (input.type === "checkbox") input.checked = state[name] === "1"; else input.value = state[name];
@@ -147,6 +171,11 @@
     if (state.polarity && (inst.polarity === null ? "none" : inst.polarity) !== state.polarity) return false;
     if (state.differs && !inst.differs) return false;
     if (state.key && !inst.key.includes(state.key)) return false;
+    if (state.of && inst.outcomes[methodIndex[state.of]] === "-") return false;
+    if (state.fault) {
+      const marks = state.of ? [inst.faults[methodIndex[state.of]]] : [...inst.faults];
+      if (!marks.some((c) => FAULTS[state.fault].includes(c))) return false;
+    }
     if (state.outcome) {
       const marks = state.of ? [inst.outcomes[methodIndex[state.of]]] : [...inst.outcomes];
       const outcomes = marks.filter((c) => c !== "-").map((c) => OUTCOMES[c]);
@@ -166,18 +195,29 @@
   }
 
   function verdict(inst, v) {
+    const fault = v.fault ? ` · ${v.fault.replace("_", " ")}` : "";
     if (inst.family === "adaptive") {
       const option = v.answer ? ` (option ${v.answer})` : "";
-      return `decision ${v.decision || "none"}${option} · gate ${v.gate_pass ? "pass" : "fail"}`;
+      return `decision ${v.decision || "none"}${option} · gate ${v.gate_pass ? "pass" : "fail"}${fault}`;
     }
-    return `answer ${v.answer || "none"} (correct ${inst.correct_option || "?"}) · ${v.outcome}`;
+    return `answer ${v.answer || "none"} (correct ${inst.correct_option || "?"}) · ${v.outcome}${fault}`;
   }
 
   function frame(f) {
     const caption = `#${f.i + 1} · ${f.session} +${f.offset} s · ${f.wall_clock}`;
-    const body = f.src ? el("img", { src: f.src, alt: caption, loading: "lazy", decoding: "async" })
+    const body = f.src ? el("img", { src: f.src, alt: caption, loading: "lazy", decoding: "async",
+      title: "click to enlarge", onclick: () => enlarge(f.src, caption) })
       : el("div", { className: "missing" }, f.problem || "no thumbnail");
     return el("figure", {}, body, el("figcaption", {}, caption));
+  }
+
+  // A thumbnail enlarged in a modal dialog with its caption; Escape or a click closes it.
+  function enlarge(src, caption) {
+    const image = $("frame-view-image");
+    image.src = src;
+    image.alt = caption;
+    $("frame-view-caption").textContent = caption;
+    $("frame-view").showModal();
   }
 
   // Every frame sent as [session, offset], decoded from the cell's strip (site.py's collect.strip): runs of
@@ -241,7 +281,7 @@
     const tokens = v.tokens && (v.tokens.prompt !== null || v.tokens.completion !== null)
       ? `${v.tokens.prompt ?? "?"} prompt, ${v.tokens.completion ?? "?"} completion` : null;
     return el("section", {
-      className: `method ${v.outcome}`, "data-method": m.id, "data-outcome": v.outcome,
+      className: `method ${v.outcome}`, "data-method": m.id, "data-outcome": v.outcome, "data-fault": v.fault || "",
       "data-answer": v.answer || "", "data-decision": v.decision || "",
     }, head,
     el("div", { className: "verdict" }, verdict(inst, v)),
