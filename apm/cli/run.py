@@ -78,9 +78,11 @@ def _task(cfg: DictConfig) -> None:
 
 
 def _app() -> None:
-    """Hydra's main around :func:`_task` (Hydra names the job after this module: ``run``)."""
+    """Hydra's main around :func:`_task` (Hydra names the job after this module: ``run``), once the runner
+is imported: that registers what config.yaml names (the ``apm_schema`` it extends, ``${apm_run_name:}``)."""
     import hydra
 
+    import apm.runner.app  # noqa: F401
     cast(Callable[[], None], hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(_task))()
 
 
