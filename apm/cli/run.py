@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, cast
 
 from apm.cli import config_errors
 from apm.configs import CONF_DIR
-from apm.errors import DEBUG_FLAG, VERBOSE_FLAG, VERSION_FLAG, UsageErrors, hold, hydra_guarded
+from apm.errors import DEBUG_FLAG, VERBOSE_FLAG, VERSION_FLAG, UsageErrors, guarded, hold, hydra_guarded
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -79,11 +78,12 @@ def _task(cfg: DictConfig) -> None:
 
 def _app() -> None:
     """Hydra's main around :func:`_task` (Hydra names the job after this module: ``run``), once the runner
-is imported: that registers what config.yaml names (the ``apm_schema`` it extends, ``${apm_run_name:}``)."""
+    is imported: that registers what config.yaml names (the ``apm_schema`` it extends, ``${apm_run_name:}``)."""
     import hydra
 
     import apm.runner.app  # noqa: F401
-    cast(Callable[[], None], hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(_task))()
+
+    hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(_task)()
 
 
 def setup_errors() -> UsageErrors:
@@ -93,11 +93,10 @@ def setup_errors() -> UsageErrors:
     return (*config_errors(), EndpointError)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main() -> None:
     """``apm-run``: every error is one line on stderr and a non-zero exit (``--debug``: the traceback)."""
-    if any(a in HELP_FLAGS for a in (sys.argv[1:] if argv is None else argv)):
-        print(usage(Path(CONF_DIR)))
-        sys.exit(0)
+    if any(a in HELP_FLAGS for a in sys.argv[1:]):
+        sys.exit(guarded("apm-run", lambda: print(usage(Path(CONF_DIR))), debug=False))  # guarded: `| head` too
     sys.exit(hydra_guarded("apm-run", _app, setup_errors))
 
 
