@@ -31,8 +31,13 @@ def scripts(checkout: Path) -> dict[str, str]:
 def cpu_seconds(checkout: Path, module: str, flag: str) -> float:
     """User + system CPU seconds of ``python -m module flag`` importing ``checkout``."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    child = subprocess.Popen([sys.executable, "-m", module, flag], env=env, cwd=checkout,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, "-m", module, flag],
+        env=env,
+        cwd=checkout,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode:
@@ -61,8 +66,10 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, checkout in checkouts.items():
                 times.setdefault((command, name), []).append(cpu_seconds(checkout, module, args.flag))
-    print(f"{cpu_model()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+    print(
+        f"{cpu_model()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+    )
     print(f"| `COMMAND {args.flag}`, child CPU s (median of {args.repeats}) | baseline | this checkout |")
     print("| --- | ---: | ---: |")
     for command in commands:

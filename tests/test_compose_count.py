@@ -8,6 +8,7 @@ process, by the function of Hydra's or apm's that asked for it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -49,20 +50,31 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _composed(entry: str, release: Path, out: Path) -> Counter[str]:
     """Each composition one run made, by the function that asked for it."""
-    overrides = [f"dataset.root={release}", f"output_root={out / 'runs'}", f"frames.cache_dir={out / 'cache'}",
-                 "dataset.limit=2", "logging.progress=false", "logging.wandb.mode=disabled"]
-    done = subprocess.run([sys.executable, "-c", SPY, entry, json.dumps(overrides)], capture_output=True, text=True,
-                          timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "WANDB_MODE": "disabled"},
-                          cwd=out)
+    overrides = [
+        f"dataset.root={release}",
+        f"output_root={out / 'runs'}",
+        f"frames.cache_dir={out / 'cache'}",
+        "dataset.limit=2",
+        "logging.progress=false",
+        "logging.wandb.mode=disabled",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", SPY, entry, json.dumps(overrides)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled"},
+        cwd=out,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return Counter(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def test_apm_run_composes_the_config_in_hydras_main_and_the_methods_defaults_once(release: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_apm_run_composes_the_config_in_hydras_main_and_the_methods_defaults_once(
+    release: Path, tmp_path: Path
+) -> None:
     assert _composed("cli", release, tmp_path) == {"get_mode": 1, "run": 1, "method_identity": 1}
 
 
-def test_the_python_api_composes_the_config_once_and_the_methods_defaults_once(release: Path,
-                                                                              tmp_path: Path) -> None:
+def test_the_python_api_composes_the_config_once_and_the_methods_defaults_once(release: Path, tmp_path: Path) -> None:
     assert _composed("api", release, tmp_path) == {"compose": 1, "method_identity": 1}
