@@ -85,12 +85,22 @@ def take_debug_flag(argv: list[str], flag: str = DEBUG_FLAG) -> tuple[list[str],
     return [a for a in argv if a != flag], flag in argv[1:]
 
 
+UsageErrors = tuple[type[BaseException], ...]
+Usage = UsageErrors | Callable[[], UsageErrors]
+"""The errors that mean the command or its config is wrong (exit status 2): their classes, or a function
+giving them where they live in a heavy package (Hydra's, OmegaConf's), called only once an error is met,
+so a command's ``--help`` imports none of them."""
+
+
+def _usage_errors(usage: Usage) -> UsageErrors:
+    return usage() if callable(usage) else usage
+
+
 PIPE_CLOSED = 141
 """The exit status of a command whose reader closed the pipe early (128 + SIGPIPE, as a shell's own tools)."""
 
 
-def guarded(prog: str, call: Callable[[], int | None], debug: bool,
-            usage: tuple[type[BaseException], ...] = (), verbose: bool = False) -> int:
+def guarded(prog: str, call: Callable[[], int | None], debug: bool, usage: Usage = (), verbose: bool = False) -> int:
     """``call()``'s exit status; an exception is one line on stderr (``verbose``: its whole message) and
     status 2 (a ``usage`` error: the command or its config is wrong) or 1 — or, with ``debug``, raised
     with its traceback; a reader that closed the pipe early ends it quietly (:data:`PIPE_CLOSED`)."""
@@ -108,7 +118,7 @@ def guarded(prog: str, call: Callable[[], int | None], debug: bool,
         if debug:
             raise
         print(f"{prog}: error: {redact(str(e)) if verbose else one_line(e)}", file=sys.stderr)
-        return 2 if isinstance(e, usage) else 1
+        return 2 if isinstance(e, _usage_errors(usage)) else 1
 
 
 VERSION_FLAG = "--version"
@@ -151,7 +161,7 @@ class Main(Protocol):
     def __call__(self, argv: Sequence[str] | None = None) -> int: ...
 
 
-def console_script(prog: str, usage: tuple[type[BaseException], ...] = ()) -> Callable[[Main], Main]:
+def console_script(prog: str, usage: Usage = ()) -> Callable[[Main], Main]:
     """Make a console script's ``main(argv)`` :func:`guarded`: ``--debug`` is taken out of its arguments
     and shows the traceback; without it any error is one line (status 2 for a ``usage`` error, else 1)."""
     def wrap(main: Main) -> Main:
@@ -186,7 +196,7 @@ def unknown_hydra_flags(argv: Sequence[str]) -> list[str]:
     return get_args_parser().parse_known_args(list(argv))[1]
 
 
-def hydra_guarded(prog: str, app: Callable[[], None], usage: tuple[type[BaseException], ...] = ()) -> int:
+def hydra_guarded(prog: str, app: Callable[[], None], usage: Usage = ()) -> int:
     """Run a ``@hydra.main`` app under :func:`guarded`: Hydra is made to raise instead of printing its own
     multi-line report; ``--debug`` (taken out of ``sys.argv``) or ``HYDRA_FULL_ERROR=1`` shows the traceback;
     an unknown flag is one line, exit 2."""

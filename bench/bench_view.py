@@ -42,7 +42,7 @@ from apm.data.instances import release_instances
 from apm.data.release import load_release
 from apm.runner.app import run_async, run_dir_of
 from apm.synth import generate
-from apm.view.site import DEFAULT_THUMB_GRID
+from apm.view import DEFAULT_THUMB_GRID
 
 PAPER_INSTANCES = 5_631
 """The paper's runtime instances: 5,371 probes of the 12 tasks and 260 EA questions."""

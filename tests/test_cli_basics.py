@@ -1,6 +1,7 @@
 """What every console script does for a person at a shell (issue 36, item 9): ``--version`` names apm's
 version and the identity of its code, a pipe closed early (``| head -1``) ends the command quietly, and
-the README says how to get tab completion."""
+the README says how to get tab completion; ``--help`` and ``--version`` answer before the heavy stack is
+imported (issue 37, item 6)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,29 @@ def test_every_command_says_its_version_and_code_identity(script: str) -> None:
     identity = code_identity({"apm": apm_code(), "modules": {}})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{script} (apm {apm_code()['version']}, code {identity})", done.stdout
+
+
+HEAVY = {"pandas", "matplotlib", "numpy", "torch", "transformers", "wandb", "av", "hydra", "omegaconf", "submitit",
+         "scipy", "PIL"}
+"""Packages whose import alone costs a visible fraction of a second; none is needed to print usage."""
+
+
+def _imported(module: str, *args: str) -> set[str]:
+    """The top-level packages ``python -m module args`` imported (``-X importtime``'s report on stderr)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", module, *args], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=REPO)
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr[-2000:]
+    return {line.rsplit("|", 1)[1].strip().split(".")[0] for line in done.stderr.splitlines()
+            if line.startswith("import time:") and line.count("|") == 2}
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+@pytest.mark.parametrize("script", sorted(_scripts()))
+def test_help_and_version_import_none_of_the_heavy_stack(script: str, flag: str) -> None:
+    imported = _imported(_scripts()[script], flag)
+    assert "apm" in imported  # the report was read
+    assert not imported & HEAVY, sorted(imported & HEAVY)
 
 
 def test_a_pipe_closed_early_ends_the_command_quietly(tmp_path: Path) -> None:

@@ -35,8 +35,8 @@ from apm.reduce.tables import method_rows
 from apm.synth import generate
 from apm.video.cache import FrameCache
 from apm.video.thumbnails import recorded_frame
+from apm.view import DEFAULT_FRAMES_PER_CELL, DEFAULT_THUMB_GRID
 from apm.view.collect import on_grid, strip, thumbed
-from apm.view.site import DEFAULT_FRAMES_PER_CELL, DEFAULT_THUMB_GRID
 
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

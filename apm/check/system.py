@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from apm.check import checks
+from apm.check import CHECKS, checks
 from apm.check.backbone import Choice, choose
 from apm.check.checks import Result, verdict
 from apm.check.runs import (
@@ -100,9 +100,6 @@ def sigkill(spec: RunSpec, full: Outcome, work: Path) -> Result:
                    "records and memory lines")
 
 
-CHECKS = ("run", "pixel causality", "order", "non-mutating answers", "EA restriction", "state bytes", "schema",
-          "resume", "sigkill determinism")
-"""Every check, in the order the command prints them."""
 OTHER_RUNS = ("non-mutating answers", "resume", "sigkill determinism")
 """The checks that compare the full run with runs of their own (made only when the full run passed)."""
 CUT = 200

@@ -11,13 +11,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-
-from apm.check import check_system
-from apm.check.system import CHECKS
+from apm.check import CHECKS
+from apm.cli import config_errors
 from apm.errors import OneLineParser, console_script
-from apm.runner.config import ConfigError
 
 PROG = "apm-check-system"
 
@@ -60,9 +56,12 @@ def _print(lines: list[str]) -> None:
         print(line)
 
 
-@console_script(PROG, usage=(ConfigError, HydraException, OmegaConfBaseException))
+@console_script(PROG, usage=config_errors)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)  # options anywhere, as the docs' examples type them
+    from apm.check.system import check_system
+    from apm.runner.config import ConfigError
+
     if args.release is not None and not (args.release / "trajectories.json").is_file():
         raise ConfigError(f"--release {args.release}: no release there (no trajectories.json)")
     with tempfile.TemporaryDirectory(prefix="apm-check-") as scratch:

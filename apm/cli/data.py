@@ -7,24 +7,22 @@ import json
 import sys
 from pathlib import Path
 
-from apm.data.instances import release_instances
 from apm.data.problems import ReleaseError
-from apm.data.release import load_release
-from apm.data.stats import format_stats, release_stats
 from apm.data.tasks import EA, TASKS
 from apm.errors import DEBUG_FLAG, OneLineParser, guarded
-from apm.synth import generate
-from apm.video.cache import build_release_cache, default_cache_dir
-from apm.video.overlay import overlay_timestamps
 
 
 def _synth(args: argparse.Namespace) -> int:
+    from apm.synth import generate
+
     root = generate(Path(args.out), seed=args.seed, scale=args.scale, limit_trajectories=args.trajectories)
     print(f"wrote synthetic release ({args.scale}, seed {args.seed}) to {root}")
     return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from apm.data.release import load_release
+
     release = load_release(args.root, check_videos=not args.skip_videos)
     n = len(release.candidates) + len(release.ea_candidates)
     print(f"{args.root}: valid ({len(release.trajectories)} trajectories, {n} candidates)")
@@ -32,6 +30,9 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
+    from apm.data.release import load_release
+    from apm.data.stats import format_stats, release_stats
+
     stats = release_stats(load_release(args.root, check_videos=False))
     print(json.dumps(stats, indent=2) if args.json else format_stats(stats))
     return 0
@@ -40,6 +41,9 @@ def _stats(args: argparse.Namespace) -> int:
 def _keys(args: argparse.Namespace) -> int:
     """Every instance key of the release (the ``print_request=`` and record key), with its task; a task or
     trajectory filter that matches nothing is refused rather than printing nothing."""
+    from apm.data.instances import release_instances
+    from apm.data.release import load_release
+
     release = load_release(args.root, check_videos=False)
     chosen = [i for i in release_instances(release)
               if (not args.task or i.task in args.task) and (not args.trajectory or i.trajectory_id in args.trajectory)]
@@ -54,6 +58,9 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
+    from apm.data.release import load_release
+    from apm.video.cache import build_release_cache, default_cache_dir
+
     release = load_release(args.root)
     cache_dir = default_cache_dir(args.cache_dir)
     report = build_release_cache(release, cache_dir, fps=args.fps, max_side=args.max_side, workers=args.workers)
@@ -64,6 +71,8 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _overlay(args: argparse.Namespace) -> int:
+    from apm.video.overlay import overlay_timestamps
+
     overlay_timestamps(Path(args.input), Path(args.output), args.day, args.start)
     print(f"wrote {args.output}")
     return 0

@@ -6,21 +6,26 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-
-from apm.api.judge import NoJudge, judge_runs
-from apm.backbones.base import EndpointError
-from apm.data.problems import ReleaseError
-from apm.errors import OneLineParser, console_script, note_skipped
-from apm.judge.stage import ReleaseChanged
+from apm.errors import OneLineParser, UsageErrors, console_script, note_skipped
 from apm.records.rundir import find_runs
-from apm.records.version import FormatError
 
 
-@console_script("apm-judge",
-                usage=(FileNotFoundError, ReleaseError, ReleaseChanged, EndpointError, HydraException,
-                       OmegaConfBaseException, NoJudge, FormatError))
+def _usage_errors() -> UsageErrors:
+    """A missing path, a release, endpoint or config error: the command or its input is wrong (exit 2)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from apm.api.judge import NoJudge
+    from apm.backbones.base import EndpointError
+    from apm.data.problems import ReleaseError
+    from apm.judge.stage import ReleaseChanged
+    from apm.records.version import FormatError
+
+    return (FileNotFoundError, ReleaseError, ReleaseChanged, EndpointError, HydraException, OmegaConfBaseException,
+            NoJudge, FormatError)
+
+
+@console_script("apm-judge", usage=_usage_errors)
 def main(argv: Sequence[str] | None = None) -> int:
     """Judge; every error is one line (``--debug``: the traceback), a missing path, a release or config error
     exit 2."""
@@ -42,6 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     note_skipped("apm-judge", folders, need_config=True)
     if not find_runs(folders, need_config=True).paths:
         p.error(f"no run directories (with config.json) at or below {', '.join(folders)}")
+    from apm.api.judge import judge_runs
+
     done = judge_runs(folders, overrides=overrides, concurrency=ns.concurrency, invalid_retries=ns.invalid_retries,
                       fail_fast=ns.fail_fast, preflight=not ns.no_preflight)
     print(done.summary)

@@ -8,10 +8,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from apm.errors import OneLineParser, console_script, note_skipped
-from apm.publish.dashboard import build
-from apm.publish.wandb_runs import Published, PublishOptions, publish, sync_command
+
+if TYPE_CHECKING:
+    from apm.publish.wandb_runs import Published, PublishOptions
 
 
 def parser() -> argparse.ArgumentParser:
@@ -48,6 +50,8 @@ def groups_by_home(published: list[Published]) -> dict[Path, set[str]]:
 
 
 def options(args: argparse.Namespace) -> PublishOptions:
+    from apm.publish.wandb_runs import PublishOptions
+
     return PublishOptions(
         project=args.project, entity=args.entity, group=args.group, mode=args.mode, directory=args.dir,
         judge=args.judge, rubric=args.rubric, seed=args.seed, bootstrap=args.bootstrap,
@@ -61,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (any other error one line and exit 1; ``--debug``: the traceback)."""
     args = parser().parse_args(argv)
     note_skipped("apm-publish", args.runs)
+    from apm.publish.dashboard import build
+    from apm.publish.wandb_runs import publish, sync_command
+
     try:
         published = publish(args.runs, options(args))
     except FileNotFoundError as e:

@@ -9,16 +9,15 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from apm.api.reduce import OWNER, Incomplete, ReduceResult, Unjudged, reduce_runs
 from apm.errors import OneLineParser, console_script
-from apm.publish.report import report_run, wandb_usable
-from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sync_command
 from apm.records.atomic import DamagedRunFile, OutputRefused
-from apm.records.version import FormatError
-from apm.reduce.load import MixedIdentities, MixedReleases, UnmatchedPreference
 
-PROG = OWNER
+if TYPE_CHECKING:
+    from apm.api.reduce import ReduceResult
+
+PROG = "apm-reduce"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -71,6 +70,9 @@ def _wandb(args: argparse.Namespace) -> list[str]:
     """``--wandb``, once the report is in place: the runs ``apm-publish`` builds (the same code) and the
     report's run, into one folder; nothing (a warning) without wandb, nothing with ``--wandb-mode
     disabled``."""
+    from apm.publish.report import report_run, wandb_usable
+    from apm.publish.wandb_runs import PublishOptions, publish_methods, read_all, sync_command
+
     if not wandb_usable(args.wandb_mode):
         return []
     opts = PublishOptions(
@@ -93,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if not args.runs and not args.compare:
         parser().error("give RUN_DIR(s), --compare RUN_A RUN_B, or both")
+    from apm.api.reduce import Incomplete, Unjudged, reduce_runs
+    from apm.records.version import FormatError
+    from apm.reduce.load import MixedIdentities, MixedReleases, UnmatchedPreference
+
     started = time.perf_counter()
     try:
         done = reduce_runs(args.runs, args.out, judge=args.judge, rubric=args.rubric, seed=args.seed,

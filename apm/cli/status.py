@@ -10,7 +10,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from apm.errors import DEBUG_FLAG, OneLineParser, guarded, note_skipped
-from apm.scale.status import render, sweep_status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -25,6 +24,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def report(root: Path, as_json: bool) -> int:
     """Print the sweep's status; exit status 1 when a shard needs resubmitting."""
+    from apm.scale.status import render, sweep_status
+
     if not root.exists():
         raise FileNotFoundError(f"{root} does not exist")
     note_skipped("apm-status", [root])

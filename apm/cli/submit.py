@@ -8,29 +8,27 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import submitit
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-
-from apm.cli.run import main as apm_run
+from apm.cli import config_errors
 from apm.errors import OneLineParser, console_script
-from apm.runner.config import ConfigError
-from apm.scale.submit import expand, pending, request_totals, submit, unset_slurm_settings
 
 
 class RunShard:
     """What each array task calls: ``apm-run OVERRIDES`` in this process; requeued, it resumes."""
 
     def __call__(self, overrides: list[str]) -> None:
+        from apm.cli.run import main as apm_run
+
         sys.argv = ["apm-run", *overrides]
         apm_run()
 
     def checkpoint(self, overrides: list[str]) -> Any:
         """Called by submitit on the warning signal: rerun the same overrides (records are skipped)."""
+        import submitit
+
         return submitit.helpers.DelayedSubmission(self, overrides)
 
 
-@console_script("apm-submit", usage=(ConfigError, HydraException, OmegaConfBaseException))
+@console_script("apm-submit", usage=config_errors)
 def main(argv: Sequence[str] | None = None) -> int:
     """Submit the sweep's pending shard jobs; every error is one line (``--debug``: the traceback), a config
     error exit 2."""
@@ -39,6 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("-m", "--multirun", action="store_true", help="accepted as apm-run accepts it; always a sweep")
     p.add_argument("--dry-run", action="store_true", help="list the jobs; submit nothing")
     args = p.parse_args(argv)
+    from apm.scale.submit import expand, pending, request_totals, submit, unset_slurm_settings
+
     jobs, launcher = expand(args.overrides)
     todo, skipped = pending(jobs)
     for job, why in skipped:

@@ -10,10 +10,7 @@ from pathlib import Path
 
 from apm.errors import OneLineParser, console_script, note_skipped
 from apm.records.atomic import OutputRefused
-from apm.records.version import FormatError
-from apm.reduce import UnmatchedPreference
-from apm.view.collect import ReleaseChanged
-from apm.view.site import DEFAULT_FRAMES_PER_CELL, DEFAULT_THUMB_GRID, PROG, build_site
+from apm.view import DEFAULT_FRAMES_PER_CELL, DEFAULT_THUMB_GRID, PROG
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,6 +42,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser().error("--frames-per-cell must be 0 (every frame) or more")
     if args.thumb_grid < 0:
         parser().error("--thumb-grid must be 0 (no grid) or more seconds")
+    from apm.records.version import FormatError
+    from apm.reduce import UnmatchedPreference
+    from apm.view.collect import ReleaseChanged
+    from apm.view.site import build_site
+
     started = time.perf_counter()
     try:
         site = build_site(args.runs, args.out, args.judge, args.thumb_side, args.frames_per_cell,

@@ -23,11 +23,12 @@ import sysconfig
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
+from typing import TYPE_CHECKING, Any
 
 from apm.records.identity import short_digest
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 ANSWER_PATH = ("backbones", "data", "memory", "prompts", "records", "runner", "streaming", "video")
 """The subpackages of ``apm`` on the way from a release to a record; judging, reducing, publishing,
@@ -140,6 +141,8 @@ def module_digests(cfg: DictConfig) -> tuple[dict[str, str], dict[str, str | Non
     ``apm``'s answer path, and, followed from those, each module imported that is not ``apm``'s, the
     standard library's or an installed package's; and ``{distribution: version}`` of the installed packages
     they import (read now, so an edit between two runs of one process counts)."""
+    from omegaconf import DictConfig, OmegaConf  # here: ``--version`` (this module's version_line) needs neither
+
     nodes = [OmegaConf.to_container(node, resolve=True) if isinstance(node := cfg.get(key), DictConfig) else node
              for key in TARGET_KEYS]
     found: dict[str, str] = {}

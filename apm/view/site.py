@@ -24,25 +24,18 @@ from typing import Any
 from apm.live.progress import Unit, counted, stage_progress
 from apm.records.atomic import replaced_output
 from apm.records.redact import redact_data
+from apm.view import DEFAULT_FRAMES_PER_CELL, DEFAULT_THUMB_GRID, PROG
 from apm.view.collect import Row, Views, instance_view
 from apm.view.thumbs import Thumbnails
 
 ASSETS = resources.files("apm.view").joinpath("assets")
 PAGE_FILES = ("index.html", "app.js", "style.css")
-PROG = "apm-view"
 CHUNK = 20
 """Rows per chunk file at most: a page of 25 rows of one task loads two or three chunks per method, and
 a first page (release order, many tasks) loads a chunk per task and method: smaller chunks open it
 sooner (50 rows: 2.5 s, 20 rows: 1.5 s for 1,208 instances x 10 methods on the loaded 2-core VM)."""
 CHUNK_BYTES = 2_000_000
 """Bytes per chunk file at most (a single row larger than this is a chunk of its own)."""
-DEFAULT_FRAMES_PER_CELL = 8
-"""Thumbnails per method cell unless ``--frames-per-cell`` says otherwise, as ``apm-publish``'s strips."""
-DEFAULT_THUMB_GRID = 120
-"""Seconds of the grid that a cell's thumbnails between its first and last frame lie on unless
-``--thumb-grid`` says otherwise (:func:`apm.view.collect.thumbed`): a site's thumbnails are then at most
-one per two minutes of each session's cached video plus the cells' first and last frames (at the
-paper's scale ~3.6k grid points and ~15k ends, ~60 MB at 160 px: docs/performance.md, "Viewer")."""
 FILTER_FIELDS = ("key", "task", "family", "polarity")
 INSTANCE_PART = "i"
 """The chunks of a task holding its instances' own fields (method cells are ``m<index>``)."""
