@@ -189,3 +189,16 @@ def test_a_general_method_run_through_the_api_fills_its_column_of_table_12(
     report = apm.reduce_runs([run.run_dir], tmp_path / "report", bootstrap=0, figures=False)
     table12 = pd.read_csv(report.out / "tables" / "table12.csv", index_col="Model")
     assert table12.loc[:, "Video memory: Failures"].notna().sum() == 1, table12
+
+
+def test_a_blocking_job_sees_no_exception_it_did_not_raise() -> None:
+    """``blocking`` once ran the job inside its own ``except RuntimeError`` (no running loop): every job then
+    read "RuntimeError: no running event loop" from ``sys.exc_info()`` and its ledger said it was interrupted."""
+    import sys
+
+    from apm.api.loop import blocking
+
+    async def seen() -> object:
+        return sys.exc_info()[1]
+
+    assert blocking(seen()) is None

@@ -393,16 +393,19 @@ async def _locked_run(cfg: DictConfig, setup: RunSetup, plan: ShardPlan) -> RunS
     tally = _Tally(sink)
     progress = job_progress(len(plan.run_instances), f"{setup.run_info['memory']} · {setup.run_info['backbone']}",
                             lambda: tally.errors, cfg.logging.progress, cfg.logging.progress_every_s)
-    stats = None
+    stats, stopped = None, None
     try:
         stats = await OnlineRun(setup, on_record=tally, progress=progress).run(plan.run_trajectories,
                                                                               plan.run_instances)
         if cfg.latency.sample > 0 and not setup.latency_mode:
             await _time_sample(cfg, setup, plan, tally)
+    except BaseException as e:  # this job's own exception, not one its caller is handling (sys.exc_info())
+        stopped = e
+        raise
     finally:
         progress.close()
-        ledger.job_ended(setup.run_dir, setup.shard_label, stats, sys.exc_info()[1])
-        manifest.job_ended(job_manifest, started, sys.exc_info()[1])
+        ledger.job_ended(setup.run_dir, setup.shard_label, stats, stopped)
+        manifest.job_ended(job_manifest, started, stopped)
         if sink is not None:
             sink.close(_summary(stats))
     return stats
