@@ -128,7 +128,7 @@ def test_records_carry_the_declarations(tiny: Path, tmp_path: Path) -> None:
     (block,) = {OmegaConf.to_yaml(OmegaConf.create(r["run"])) for r in records(run(cfg))}
     found = yaml.safe_load(block)
     assert found["declarations"] == {"memory": SimpleStream.declaration.as_record(),
-                                     "backbone": RandomBaseline.declaration.as_record()}
+                                     "backbone": RandomBaseline.declaration.as_record(), "writer": None}
     assert found["capabilities"] == {"streaming": False, "persistent": False}
 
 

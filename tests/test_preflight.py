@@ -95,7 +95,7 @@ def test_a_good_endpoint_runs_without_a_line_per_http_request(tiny, tmp_path, en
     code, stdout, stderr, _ = apm_run(tiny, tmp_path / "runs", tmp_path / "cache", *compatible(endpoint),
                                       "dataset.tasks=[ER]")
     assert code == 0, stderr
-    assert "6 new, 0 errors" in stdout and "HTTP Request" not in stdout + stderr
+    assert "6 new, 0 with an error" in stdout and "HTTP Request" not in stdout + stderr
 
 
 def test_debug_shows_the_traceback(tiny, tmp_path, endpoint):

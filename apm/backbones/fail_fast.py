@@ -26,18 +26,26 @@ class FailFast:
         self.limit = limit
         self.advice = advice or (lambda response: response.error or "")
         self.streak = 0
+        self.stopped: RunStopped | None = None
+        """The stop, once raised: work that starts after it (answers beside a replay) raises it too."""
 
     @property
     def tripped(self) -> bool:
         """Whether the limit was reached: work still queued should not start."""
         return bool(self.limit) and self.streak >= self.limit
 
+    def check(self) -> None:
+        """Raise the stop, if there was one: called before a request is sent."""
+        if self.stopped is not None:
+            raise self.stopped
+
     def observe(self, response: Response) -> None:
         """Count ``response``; raise :class:`RunStopped` when the streak reaches the limit."""
         if response.error_kind in FAIL_FAST_KINDS:
             self.streak += 1
             if self.limit and self.streak >= self.limit:
-                raise RunStopped(f"stopped after {self.streak} consecutive {response.error_kind} failures: "
-                                 f"{self.advice(response)}")
+                self.stopped = self.stopped or RunStopped(
+                    f"stopped after {self.streak} consecutive {response.error_kind} failures: {self.advice(response)}")
+                raise self.stopped
         elif response.attempts > 0:
             self.streak = 0

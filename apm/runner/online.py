@@ -319,6 +319,10 @@ class OnlineRun:
         self.on_record(record)
         self._fail_fast.observe(response)
 
+    def check_stopped(self) -> None:
+        """Raise the run's fail-fast stop, if it came: nothing is sent after it."""
+        self._fail_fast.check()
+
 
 class SessionReplay(abc.ABC):
     """How a kind of method goes through the loop's sessions; the defaults are what every method shares."""
@@ -421,6 +425,7 @@ class ProtocolReplay(SessionReplay):
         keep its record."""
         run, s = self.run, self.run.setup
         async with run.slots:
+            run.check_stopped()  # answers beside a replay learn of a fail-fast stop before they send
             began = time.perf_counter()
             prepared, budget, in_flight = None, None, 0
             try:
