@@ -16,8 +16,9 @@ from support.runner import compose_run, memory_records, run
 SUPPORT = Path(__file__).resolve().parent / "support"
 TF4_PYTHON = os.environ.get("APM_TF4_PYTHON")
 
-pytestmark = pytest.mark.skipif(not TF4_PYTHON and os.environ.get("APM_REQUIRE_TF4") != "1",
-                                reason="no transformers 4.x environment (APM_TF4_PYTHON; CI builds it)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not TF4_PYTHON and os.environ.get("APM_REQUIRE_TF4") != "1",
+                                 reason="no transformers 4.x environment (APM_TF4_PYTHON; CI builds it)")]
 
 
 def tf4_config(tmp_path: Path) -> Path:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support.runner import finished, records, release_sessions
 
 from apm.check.runs import kill_at
@@ -36,6 +37,7 @@ def _comparable(rec: dict) -> tuple:
             rec["prompt_sha256"], rec["memory_bytes"])
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_points_loses_and_duplicates_nothing(tiny, tmp_path):
     cache = tmp_path / "cache"
     ref_dir = finished(apm_run(tiny, tmp_path / "ref", cache), tmp_path / "ref")

@@ -57,6 +57,7 @@ def test_a_system_that_declares_itself_serial_replays_one_session_at_a_time(tiny
 ENCODE_S = 0.2
 
 
+@pytest.mark.slow
 def test_a_probe_on_a_chunk_boundary_includes_the_update_it_required(tiny, tmp_path):
     """A chunked update costs the same whether it ran as the probe second's frame was observed (a probe on
     the boundary) or inside the answer (between boundaries): both latencies include it."""

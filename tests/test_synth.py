@@ -493,6 +493,7 @@ def test_paper_plan_splits_the_papers_candidates_per_task() -> None:
     assert tuple(sum(q.ea[i] for q in quotas if q.ea) for i in (0, 1)) == (130, 130)
 
 
+@pytest.mark.slow
 def test_paper_scale_has_the_papers_populations(tmp_path: Path) -> None:
     """Seed 0's paper scale mines the paper's populations exactly (videos not written): 104 trajectories,
     549 sessions, 2,719 candidates (1,603 MCQA + 1,116 adaptive), 5,371 probes of the 12 tasks (3,768 adaptive)

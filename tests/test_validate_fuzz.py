@@ -171,6 +171,7 @@ def template(tmp_path_factory) -> Path:
     return generate(tmp_path_factory.mktemp("fuzz") / "tiny", seed=0, scale="tiny")
 
 
+@pytest.mark.slow
 def test_no_mutated_release_crashes_the_validator(template, tmp_path, capsys):
     root = tmp_path / "release"
     shutil.copytree(template / "videos", root / "videos")  # a videos folder linked out of the release is refused
