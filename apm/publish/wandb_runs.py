@@ -333,7 +333,7 @@ def write_run(spec: RunSpec, opts: PublishOptions, staged: Staged) -> Published:
         run.config.update(redact_data(spec.config), allow_val_change=True)
         for key, (columns, rows) in spec.tables.items():
             run.summary[key] = wandb.Table(
-                columns=list(columns), data=[[_cell(wandb, v, Path(strips)) for v in r] for r in redact_data(rows)]
+                columns=list(columns), data=[[_cell(wandb, v, Path(strips)) for v in redact_data(r)] for r in rows]
             )
         for key, path in spec.images.items():
             run.summary[key] = wandb.Image(str(path))
