@@ -12,12 +12,12 @@ from support.video import cfr, code_image, make_video, read_code
 
 from apm.data.frames import Frame
 from apm.video.cache import FrameCache
-from apm.video.decode import SamplingSettings, VideoDecodeError, assign_slots, sample_jpegs
+from apm.video.decode import SamplingSettings, VideoDecodeError, assign_slots, sample_frames
 
 
 def codes(video: Path, **settings: float) -> list[int]:
     """The time code (centiseconds after the first frame) shown by each slot."""
-    return [read_code(Frame("DAY1/S001", 0, 0, j).pixels()) for j in sample_jpegs(video, SamplingSettings(**settings))]
+    return [read_code(Frame("DAY1/S001", 0, 0, j).pixels()) for j, _ in sample_frames(video, SamplingSettings(**settings))]
 
 
 def test_slot_rule_on_timestamps() -> None:
@@ -50,7 +50,7 @@ def test_odd_size_audio_and_scaling(tmp_path: Path) -> None:
 
 def test_rotation_metadata_is_applied(tmp_path: Path) -> None:
     video = make_video(tmp_path / "rot.mp4", [0], size=(96, 64), rotation=90)
-    (jpeg,) = list(sample_jpegs(video, SamplingSettings()))
+    ((jpeg, _),) = list(sample_frames(video, SamplingSettings()))
     upright = Frame("DAY1/S001", 0, 0, jpeg).pixels()
     expected = np.asarray(Image.fromarray(code_image(0, 96, 64)).transpose(Image.Transpose.ROTATE_90))
     assert upright.shape == (96, 64, 3)
@@ -70,7 +70,7 @@ def sound(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 def decode_error(path: Path) -> VideoDecodeError:
     with pytest.raises(VideoDecodeError) as err:
-        list(sample_jpegs(path, SamplingSettings()))
+        list(sample_frames(path, SamplingSettings()))
     assert str(path) in str(err.value) and err.value.path == path
     return err.value
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from PIL import Image
 from support.video import cfr, make_video, read_code
 
 from apm.data.frames import Frame
@@ -66,10 +67,24 @@ def test_each_jpeg_is_pyavs_own_rgb_image_encoded(clip: Path, tmp_path: Path) ->
     assert entry.jpegs(range(entry.count)) == expected
 
 
+def test_each_frame_keeps_its_jpegs_one_eighth_scale_decode(clip: Path, tmp_path: Path) -> None:
+    """The preview beside each JPEG is the JPEG decoded at 1/8 (``Image.draft``), pixel for pixel; a frame
+    under 8 pixels a side has none."""
+    entry = FrameCache(tmp_path).entry(clip)
+    read = entry.jpegs_with_previews(range(entry.count))
+    assert [jpeg for jpeg, _ in read] == entry.jpegs(range(entry.count))
+    for jpeg, preview in read:
+        with Image.open(io.BytesIO(jpeg)) as im:
+            im.draft("RGB", (im.width // 8, im.height // 8))
+            assert preview is not None and preview.image().tobytes() == im.convert("RGB").tobytes()
+    tiny = FrameCache(tmp_path, max_side=6).entry(clip)
+    assert {preview for _, preview in tiny.jpegs_with_previews(range(tiny.count))} == {None}
+
+
 def test_entry_is_keyed_by_content_and_reused(clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = FrameCache(tmp_path / "c").entry(clip)
     copy = shutil.copy(clip, tmp_path / "elsewhere.mp4")
-    monkeypatch.setattr(cache_mod, "sample_jpegs", lambda *a: pytest.fail("rebuilt a valid entry"))
+    monkeypatch.setattr(cache_mod, "sample_frames", lambda *a: pytest.fail("rebuilt a valid entry"))
     again = FrameCache(tmp_path / "c").entry(copy)
     assert again.path == first.path
     assert FrameCache(tmp_path / "c", jpeg_quality=50).key(clip) != first.key
@@ -85,7 +100,7 @@ def test_digest_memo_follows_file_changes(tmp_path: Path) -> None:
     assert cache.key(video) != before
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "foreign"])
+@pytest.mark.parametrize("damage", ["truncate", "flip", "foreign", "apart"])
 def test_invalid_entry_is_rebuilt_not_read(
     clip: Path, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -96,9 +111,15 @@ def test_invalid_entry_is_rebuilt_not_read(
         good.path.write_bytes(data[: len(data) - 100])
     elif damage == "flip":
         good.path.write_bytes(data[:5000] + bytes([data[5000] ^ 0xFF]) + data[5001:])
-    else:
-        write_entry(good.path, {"key": "someone-else"}, [b"x"])
-    with pytest.raises(CorruptEntryError):
+    elif damage == "foreign":
+        write_entry(good.path, {"key": "someone-else"}, [(b"x", b"")])
+    else:  # valid rows, but a preview not right after its JPEG (it is read with the JPEG in one piece)
+        write_entry(good.path, json.loads(data[12 : 12 + int.from_bytes(data[8:12], "little")]), [(b"x", b"y")])
+        moved = bytearray(good.path.read_bytes())
+        index_at = int.from_bytes(moved[-28:-20], "little")
+        moved[index_at + 12 : index_at + 20] = (index_at - 2).to_bytes(8, "little")  # the preview's offset
+        good.path.write_bytes(bytes(moved[:-28]) + _refooted(moved))
+    with pytest.raises(CorruptEntryError, match="does not follow" if damage == "apart" else None):
         EntryFile.open(good.path, good.key)
     with caplog.at_level(logging.WARNING):
         rebuilt = FrameCache(tmp_path).entry(clip)
@@ -106,9 +127,18 @@ def test_invalid_entry_is_rebuilt_not_read(
     assert rebuilt.jpegs(range(rebuilt.count)) == expected
 
 
+def _refooted(entry: bytearray) -> bytes:
+    """The footer of ``entry`` with its crc32 made right for the bytes before it."""
+    import zlib
+
+    footer = entry[-28:]
+    footer[16:20] = zlib.crc32(bytes(entry[:-28])).to_bytes(4, "little")
+    return bytes(footer)
+
+
 def test_failed_build_leaves_nothing(tmp_path: Path) -> None:
     def broken():
-        yield b"jpeg"
+        yield b"jpeg", b""
         raise RuntimeError("decoder died")
 
     target = tmp_path / "e.apmf"

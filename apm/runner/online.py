@@ -104,16 +104,18 @@ def session_interactions(release: Release, trajectory: Trajectory, session: Sess
     return tuple(sorted(turns, key=lambda t: (t.time, t.kind, t.text, t.candidate_id)))
 
 
-def session_frames(cache: FrameCache, session: Session, limit: int) -> tuple[Frame, ...]:
-    """The whole session (up to its end time, however long the video) sampled uniformly to ``limit``."""
+def session_frames(cache: FrameCache, session: Session, limit: int, previews: bool = False) -> tuple[Frame, ...]:
+    """The whole session (up to its end time, however long the video) sampled uniformly to ``limit``; each
+    frame with its preview if ``previews`` (the streaming feed: a system may look at every frame)."""
     if limit <= 0:
         return ()
     entry = cache.entry(session.video)
     within = min(entry.count, int(session.duration * entry.rate) + 1)  # never past the session's end
     chosen = uniform_indices(within, limit)
+    read = entry.jpegs_with_previews(chosen) if previews else [(jpeg, None) for jpeg in entry.jpegs(chosen)]
     return tuple(
-        Frame(session.key, float(entry.offset(i)), session.start + int(entry.offset(i)), jpeg)
-        for i, jpeg in zip(chosen, entry.jpegs(chosen))
+        Frame(session.key, float(entry.offset(i)), session.start + int(entry.offset(i)), jpeg, preview=preview)
+        for i, (jpeg, preview) in zip(chosen, read)
     )
 
 
@@ -531,7 +533,8 @@ class StreamReplay(SessionReplay):
             channel = SlottedBackbone(channel, self.run.slots, rank)
             writer = None if writer is None else SlottedBackbone(writer, self.run.slots, rank)
         try:
-            frames, unseen = await asyncio.to_thread(session_frames, s.cache, session, streaming.EVERY_FRAME), None
+            frames = await asyncio.to_thread(session_frames, s.cache, session, streaming.EVERY_FRAME, previews=True)
+            unseen = None
         except VideoDecodeError as e:  # streamed without its video: its probes record why, the trajectory goes on
             frames, unseen = (), f"preparation failed: {type(e).__name__}: {e}"
         events = streaming.stream_events(session, frames, session_interactions(s.release, traj, session))

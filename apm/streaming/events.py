@@ -62,17 +62,37 @@ class Event:
                 "offset": self.keyframe.offset, "description": self.description}
 
 
-def thumbnail(frame: Frame, margin: float, size: tuple[int, int] = (32, 24)) -> np.ndarray:
+THUMBNAIL = (32, 24)
+"""The size scene changes are measured at."""
+
+
+def thumbnail(frame: Frame, margin: float, size: tuple[int, int] = THUMBNAIL) -> np.ndarray:
     """The frame shrunk to ``size`` without its top and bottom ``margin`` (a fraction of its height). The
-    JPEG is decoded at the smallest of its DCT scales (1/2 to 1/8) that still covers ``size``: a fraction of
-    a full decode's work, the cost of every frame the system observes."""
+    JPEG is decoded at the smallest of its DCT scales (1/2 to 1/8) that still covers ``size``, or, when
+    that scale is 1/8, the frame cache's preview is taken: the same pixels, decoded once when the cache
+    was built (the cost of every frame the system observes)."""
     from PIL import Image
 
-    with Image.open(io.BytesIO(frame.jpeg)) as im:
-        im.draft("RGB", (size[0], round(size[1] / (1 - 2 * margin))))
+    if previewed(frame, margin, size):
+        assert frame.preview is not None
+        im = frame.preview.image()
+    else:
+        im = Image.open(io.BytesIO(frame.jpeg))
+        im.draft("RGB", _covered(margin, size))
+    with im:
         width, height = im.size
         box = (0, round(height * margin), width, round(height * (1 - margin)))
         return np.asarray(im.convert("RGB").crop(box).resize(size, Image.Resampling.BILINEAR), np.float32)
+
+
+def previewed(frame: Frame, margin: float, size: tuple[int, int] = THUMBNAIL) -> bool:
+    """Whether :func:`thumbnail` takes the frame's preview (microseconds) rather than decoding its JPEG."""
+    return frame.preview is not None and frame.preview.serves(_covered(margin, size))
+
+
+def _covered(margin: float, size: tuple[int, int]) -> tuple[int, int]:
+    """The size whose crop of the ``margin`` rows still covers ``size``."""
+    return size[0], round(size[1] / (1 - 2 * margin))
 
 
 def change(a: np.ndarray, b: np.ndarray) -> float:
@@ -118,7 +138,10 @@ class EventMemory(StreamingSystem):
         return Event(session, kept["start"], kept["end"], frame, kept["description"])
 
     async def observe_frame(self, frame: Frame) -> None:
-        thumb = await asyncio.to_thread(thumbnail, frame, self.margin)  # off the loop: other trajectories go on
+        if previewed(frame, self.margin):
+            thumb = thumbnail(frame, self.margin)
+        else:  # a JPEG decode: off the loop, so that other trajectories go on
+            thumb = await asyncio.to_thread(thumbnail, frame, self.margin)
         scene_changed = self.last is not None and change(thumb, self.last) > self.cut
         long_enough = len(self.open) >= self.min_event_s
         if self.open and (scene_changed and long_enough or len(self.open) >= self.max_event_s):

@@ -25,17 +25,18 @@ import av
 import PIL
 from filelock import FileLock
 
+from apm.data.frames import Preview
 from apm.data.model import Release
 from apm.live.progress import Unit, stage_progress
 from apm.records.atomic import write_atomically
-from apm.video.decode import SamplingSettings, VideoDecodeError, sample_jpegs
+from apm.video.decode import SamplingSettings, VideoDecodeError, sample_frames
 from apm.video.store import CorruptEntryError, EntryFile, write_entry
 
 log = logging.getLogger(__name__)
 
 CACHE_DIR_ENV = "APM_CACHE_DIR"
-FORMAT_VERSION = 1
-"""Bumped whenever the entry layout or the decode rules change: it is part of every key."""
+FORMAT_VERSION = 2
+"""2: each frame's preview stored after its JPEG. Bumped whenever the entry layout or the decode rules change: it is part of every key."""
 
 
 def default_cache_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -141,11 +142,18 @@ class CacheEntry:
 
     def jpegs(self, indices: Iterable[int]) -> list[bytes]:
         """The JPEGs of several samples with one file open."""
+        return self._file.read(self._checked(indices))
+
+    def jpegs_with_previews(self, indices: Iterable[int]) -> list[tuple[bytes, Preview | None]]:
+        """The JPEGs of several samples, each with its preview (:class:`apm.data.frames.Preview`)."""
+        return [(jpeg, Preview.from_bytes(preview)) for jpeg, preview in self._file.read_with_previews(self._checked(indices))]
+
+    def _checked(self, indices: Iterable[int]) -> list[int]:
         indices = list(indices)
         bad = [i for i in indices if not 0 <= i < self.count]
         if bad:
             raise IndexError(f"{self.video}: samples {bad[:5]} outside 0..{self.count - 1}")
-        return self._file.read(indices)
+        return indices
 
 
 class FrameCache:
@@ -216,7 +224,7 @@ class FrameCache:
             **self.settings.describe(),
             "built_with": {"av": av.__version__, "ffmpeg": str(av.ffmpeg_version_info), "pillow": PIL.__version__},
         }
-        write_entry(path, header, sample_jpegs(video, self.settings))
+        write_entry(path, header, sample_frames(video, self.settings))
         return EntryFile.open(path, key)
 
 

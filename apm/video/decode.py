@@ -1,7 +1,7 @@
-"""Decode a session video once, sequentially, into one JPEG per sampling slot.
+"""Decode a session video once, sequentially, into one JPEG (and its preview) per sampling slot.
 
 Sequential decode-and-drop is the measured fast path (``docs/performance.md``); only the frames that
-are kept are scaled, converted to RGB and JPEG-encoded, in a worker thread that overlaps decoding.
+are kept are scaled, converted to RGB, JPEG-encoded and previewed, in a worker thread that overlaps decoding.
 The slot rule and its edge cases are specified in ``docs/video.md``.
 """
 
@@ -21,6 +21,9 @@ from av.container import InputContainer
 from av.video.frame import VideoFrame
 from av.video.reformatter import VideoReformatter
 from PIL import Image
+
+from apm.data.frames import Preview
+from apm.video.store import Sample
 
 T = TypeVar("T")
 
@@ -95,8 +98,16 @@ def _rgb_image(rgb: VideoFrame) -> Image.Image:
     return Image.frombuffer("RGB", (plane.width, plane.height), bytes(plane), "raw", "RGB", plane.line_size, 1)
 
 
+def _to_sample(scaler: VideoReformatter, frame: VideoFrame, size: tuple[int, int], rotation: int,
+               quality: int) -> Sample:
+    """One kept frame's JPEG and preview (runs in the worker thread)."""
+    jpeg = _to_jpeg(scaler, frame, size, rotation, quality)
+    preview = Preview.of(jpeg)
+    return jpeg, preview.to_bytes() if preview else b""
+
+
 def _to_jpeg(scaler: VideoReformatter, frame: VideoFrame, size: tuple[int, int], rotation: int, quality: int) -> bytes:
-    """Scale + convert one kept frame to RGB, turn it upright and encode it (runs in the worker thread).
+    """Scale + convert one kept frame to RGB, turn it upright and encode it.
 
     One long-lived ``scaler`` per video: it keeps its swscale context, which is most of the cost.
     """
@@ -191,26 +202,26 @@ def _check_complete(path: Path, container: InputContainer, progress: _Progress) 
         )
 
 
-def sample_jpegs(path: str | Path, settings: SamplingSettings) -> Iterator[bytes]:
-    """JPEG of each slot ``k = 0, 1, ...`` (video offset ``k / fps``), in order; see docs/video.md.
+def sample_frames(path: str | Path, settings: SamplingSettings) -> Iterator[Sample]:
+    """(JPEG, preview bytes) of each slot ``k = 0, 1, ...`` (video offset ``k / fps``), in order; see docs/video.md.
 
     Slot ``k`` shows the last decoded frame whose offset is ``<= k / fps`` (the frame on screen at
     that moment), so no slot shows a later moment; offset 0 is the first decoded frame. A slot that
-    repeats the previous frame (a VFR gap) yields the very same ``bytes`` object. Raises
+    repeats the previous frame (a VFR gap) yields the very same object. Raises
     VideoDecodeError naming the file and the offset where decoding failed (slots before it may already
     have been yielded: the cache then writes nothing).
     """
     path = Path(path)
     progress = _Progress()
-    pending: deque[Future[bytes]] = deque()
+    pending: deque[Future[Sample]] = deque()
     scaler = VideoReformatter()  # used by the single worker thread only
     with _open(path) as container, ThreadPoolExecutor(1, thread_name_prefix="apm-jpeg") as worker:
         shown: VideoFrame | None = None
-        encoded: Future[bytes] | None = None
+        encoded: Future[Sample] | None = None
         for frame in assign_slots(_timed_frames(path, container, progress), settings.rate):
             if frame is not shown:
                 size = scaled_size(frame.width, frame.height, settings.max_side)
-                encoded = worker.submit(_to_jpeg, scaler, frame, size, frame.rotation, settings.jpeg_quality)
+                encoded = worker.submit(_to_sample, scaler, frame, size, frame.rotation, settings.jpeg_quality)
                 shown = frame
             assert encoded is not None  # the first slot's frame is never `shown` (None), so it was submitted
             pending.append(encoded)
