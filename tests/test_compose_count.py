@@ -1,7 +1,7 @@
-"""How often one run composes its config (issue 37, item 6): ``apm-run`` composes it in Hydra's main
-(twice: Hydra reads ``hydra.mode`` from one composition, ``Hydra.run`` makes the job's), and the method's
-identity composes its chosen options' defaults once more (:func:`apm.runner.config.method_identity`, the
-settings a run changes are what differs from them); ``apm.run`` composes once and the defaults once. Each
+"""How often one run composes its config (issue 37, item 6): ``apm-run`` without ``-m`` composes it once
+(``Hydra.run``: not Hydra's main, which composes it first only to read ``hydra.mode``), ``apm.run`` once
+(its ``compose``); each composes its method's chosen options' defaults once more
+(:func:`apm.runner.config.method_identity`: the settings a run changes are what differs from them). Each
 composition is counted where Hydra loads a config (``ConfigLoaderImpl.load_configuration``), in a child
 process, by the function of Hydra's or apm's that asked for it."""
 
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from support import REPO
 
+from apm.cli.run import one_job
 from apm.synth import generate
 
 SPY = """
@@ -70,11 +71,27 @@ def _composed(entry: str, release: Path, out: Path) -> Counter[str]:
     return Counter(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def test_apm_run_composes_the_config_in_hydras_main_and_the_methods_defaults_once(
-    release: Path, tmp_path: Path
-) -> None:
-    assert _composed("cli", release, tmp_path) == {"get_mode": 1, "run": 1, "method_identity": 1}
+def test_apm_run_composes_the_config_once_and_the_methods_defaults_once(release: Path, tmp_path: Path) -> None:
+    assert _composed("cli", release, tmp_path) == {"run": 1, "method_identity": 1}
 
 
 def test_the_python_api_composes_the_config_once_and_the_methods_defaults_once(release: Path, tmp_path: Path) -> None:
     assert _composed("api", release, tmp_path) == {"compose": 1, "method_identity": 1}
+
+
+@pytest.mark.parametrize(
+    ("argv", "one"),
+    [
+        ([], True),
+        (["memory=none", "+backbone@writer=random", "~judge"], True),
+        (["-m", "memory=none,raw_video"], False),
+        (["--multirun", "memory=none"], False),
+        (["--cfg", "job"], False),
+        (["--info"], False),
+        (["-cd", "/elsewhere", "memory=none"], False),
+        (["hydra.mode=MULTIRUN"], False),
+        (["memory=none", "+hydra.mode=RUN"], False),
+    ],
+)
+def test_only_overrides_none_of_them_hydra_mode_is_one_job_composed_once(argv: list[str], one: bool) -> None:
+    assert one_job(argv) is one

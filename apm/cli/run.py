@@ -76,14 +76,53 @@ def _task(cfg: DictConfig) -> None:
         discard_fresh_job_folder(cfg)
 
 
+def one_job(argv: list[str]) -> bool:
+    """Whether ``apm-run ARGV`` asks for one job and nothing else: only overrides, none of them
+    ``hydra.mode`` (``-m``, ``--cfg``, ``--info``, ``--config-dir``… go to Hydra's own main)."""
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+    args = vars(parser.parse_args(argv))
+    plain = vars(parser.parse_args([])) | {"overrides": args["overrides"]}
+    return args == plain and not any(o.lstrip("+~").startswith("hydra.mode=") for o in args["overrides"])
+
+
+def _run_one_job(overrides: list[str]) -> None:
+    """What Hydra's main does for a run without ``-m``, less the composition it makes first only to read
+    ``hydra.mode`` (a run sets ``hydra.mode=RUN``, as Hydra's main does): the config is composed once, by
+    ``Hydra.run``, which makes the job folder, configures logging and calls :func:`_task`."""
+    from hydra import version
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import (
+        create_automatic_config_search_path,
+        detect_calling_file_or_module_from_task_function,
+        detect_task_name,
+        run_and_report,
+    )
+    from hydra.core.global_hydra import GlobalHydra
+
+    version.setbase("1.3")
+    caller = detect_calling_file_or_module_from_task_function(_task)  # as Hydra's main finds them
+    search_path = create_automatic_config_search_path(*caller, CONF_DIR)
+    hydra = run_and_report(lambda: Hydra.create_main_hydra2(detect_task_name(*caller), search_path))
+    try:
+        run_and_report(lambda: hydra.run("config", _task, [*overrides, "hydra.mode=RUN"]))
+    finally:
+        GlobalHydra.instance().clear()
+
+
 def _app() -> None:
-    """Hydra's main around :func:`_task` (Hydra names the job after this module: ``run``), once the runner
-    is imported: that registers what config.yaml names (the ``apm_schema`` it extends, ``${apm_run_name:}``)."""
+    """Hydra around :func:`_task` (Hydra names the job after this module: ``run``), once the runner is
+    imported: that registers what config.yaml names (the ``apm_schema`` it extends, ``${apm_run_name:}``).
+    One job (:func:`one_job`) is composed once (:func:`_run_one_job`); anything else is Hydra's main."""
     import hydra
 
     import apm.runner.app  # noqa: F401
 
-    hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(_task)()
+    if one_job(sys.argv[1:]):
+        _run_one_job(sys.argv[1:])
+    else:
+        hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(_task)()
 
 
 def setup_errors() -> UsageErrors:
