@@ -6,12 +6,12 @@ frame as an ``image_url`` JPEG data URL; ``"video"`` (vLLM) sends each run of fr
 ``media_io_kwargs``; stills go as images in both. ``media_uuids`` gives each media item its ``uuid``
 (vLLM keys its caches by it).
 
-:meth:`ChatBody.wire` is the body as sent: JSON bytes (orjson), each data URL spliced in as a
-pre-serialised fragment, byte for byte what ``json.dumps(body(...), ensure_ascii=False,
-separators=(",", ":"))`` gives. Each frame's base64 (pybase64, SIMD: the same bytes as the standard
-library's, ~7x faster) is computed once and kept in a bounded :class:`EncodedFrames` cache, so the
-probes of a trajectory that show a frame again reuse it
-(docs/backbones.md, "Request bodies").
+:meth:`ChatBody.wire` is the body as sent: a :class:`~apm.backbones.transport.Body` of pieces, orjson's
+JSON bytes with each data URL spliced in as its frames' base64 bytes objects (never joined into one
+body), byte for byte what ``json.dumps(body(...), ensure_ascii=False, separators=(",", ":"))`` gives.
+Each frame's base64 (pybase64, SIMD: the same bytes as the standard library's, ~7x faster) is computed
+once and kept in a bounded :class:`EncodedFrames` cache, so the probes of a trajectory that show a
+frame again reuse it (docs/backbones.md, "Request bodies").
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import orjson
 from pybase64 import b64encode
 
 from apm.backbones.base import Message, Request, Stills, TextPart, VideoTiming, frame_uuid, video_timing, video_uuid
+from apm.backbones.transport import Body
 from apm.data.frames import Frame
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ frames of 24 KB: the frames of about eight 1,024-frame requests in flight)."""
 IMAGE_URL, VIDEO_URL = b"data:image/jpeg;base64,", b"data:video/jpeg;base64,"
 
 Url = str | orjson.Fragment
-"""A data URL as a string (:meth:`ChatBody.body`) or as a pre-serialised JSON string (:meth:`ChatBody.wire`)."""
+"""A data URL as a string (:meth:`ChatBody.body`) or a mark where :meth:`ChatBody.wire` splices it in."""
 Render = Callable[[bytes, Sequence[bytes]], Url]
 """A data URL from its prefix and its frames' base64."""
 
@@ -49,9 +50,10 @@ def as_text(prefix: bytes, data: Sequence[bytes]) -> str:
     return (prefix + b",".join(data)).decode("ascii")
 
 
-def as_fragment(prefix: bytes, data: Sequence[bytes]) -> orjson.Fragment:
-    """A data URL as a JSON string, already serialised (base64 needs no escaping): orjson copies it as is."""
-    return orjson.Fragment(b"".join((b'"', prefix, b",".join(data), b'"')))
+URL_MARK = b"\x00"
+"""Where :meth:`ChatBody.wire` splices a data URL into orjson's bytes: a raw NUL, which orjson writes
+nowhere else (inside a string it is escaped)."""
+MARK = orjson.Fragment(URL_MARK)
 
 
 class EncodedFrames:
@@ -136,9 +138,24 @@ class ChatBody:
             body["media_io_kwargs"] = {"video": timing.metadata() | count}
         return body | self.extra_body
 
-    def wire(self, model: str, request: Request) -> bytes:
-        """:meth:`body` as the JSON bytes sent (what httpx's ``json=`` sent, built without scanning the frames)."""
-        return orjson.dumps(self.body(model, request, as_fragment))
+    def wire(self, model: str, request: Request) -> Body:
+        """:meth:`body` as the JSON bytes sent (what httpx's ``json=`` sent), built without scanning or copying
+        the frames: orjson writes the body with a :data:`URL_MARK` for each data URL, and the pieces between
+        the marks alternate with each URL's prefix and its frames' cached base64, the very bytes objects."""
+        urls: list[tuple[bytes, Sequence[bytes]]] = []
+
+        def mark(prefix: bytes, data: Sequence[bytes]) -> orjson.Fragment:
+            urls.append((prefix, data))
+            return MARK
+
+        between = orjson.dumps(self.body(model, request, mark)).split(URL_MARK)
+        pieces = [between[0]]
+        for (prefix, data), after in zip(urls, between[1:], strict=True):
+            pieces[-1] += b'"' + prefix
+            for i, frame in enumerate(data):
+                pieces += (b",", frame) if i else (frame,)
+            pieces.append(b'"' + after)
+        return Body(pieces)
 
     def video_timing(self, request: Request) -> VideoTiming | None:
         """In video mode, the one timing every run of frames of ``request`` has; None: send images."""
