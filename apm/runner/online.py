@@ -112,8 +112,8 @@ def session_frames(cache: FrameCache, session: Session, limit: int) -> tuple[Fra
     within = min(entry.count, int(session.duration * entry.rate) + 1)  # never past the session's end
     chosen = uniform_indices(within, limit)
     return tuple(
-        Frame(session.key, float(entry.offset(i)), session.start + int(entry.offset(i)), jpeg)
-        for i, jpeg in zip(chosen, entry.jpegs(chosen))
+        Frame(session.key, offset, session.start + whole, jpeg)
+        for (offset, whole), jpeg in zip(map(entry.seconds, chosen), entry.jpegs(chosen))
     )
 
 

@@ -105,6 +105,13 @@ def _memo(path: Path) -> dict[str, Any] | None:
     return None
 
 
+def sample_seconds(i: int, rate: Fraction) -> tuple[float, int]:
+    """``float(i / rate)`` and ``floor(i / rate)``, exactly, without building a Fraction (a 1,024-frame
+    request asks for 1,024 of them): integer true division is correctly rounded, as ``float(Fraction)`` is."""
+    whole = i * rate.denominator
+    return whole / rate.numerator, whole // rate.numerator
+
+
 class CacheEntry:
     """The cached frames of one video: sample ``i`` is video offset ``i / rate``; JPEG access is O(1)."""
 
@@ -134,6 +141,10 @@ class CacheEntry:
     def offset(self, i: int) -> Fraction:
         """Video offset (seconds) of sample ``i``: the frame shown was recorded at or before it."""
         return i / self.rate
+
+    def seconds(self, i: int) -> tuple[float, int]:
+        """:meth:`offset` of sample ``i`` as a float and in whole seconds (:func:`sample_seconds`)."""
+        return sample_seconds(i, self.rate)
 
     def jpeg(self, i: int) -> bytes:
         """The JPEG of sample ``i``."""
