@@ -129,7 +129,7 @@ async def measure(base_url: str, client: str, req: Request, concurrency: int, n:
     """One client's run of ``n`` requests like ``req`` at ``concurrency``."""
     encode: float | None = None
     if client == "bare":
-        body = OpenAIBackbone(model="fake", base_url=base_url).wire(req)
+        body = bytes(OpenAIBackbone(model="fake", base_url=base_url).wire(req))
         wall, cpu, ttfts = await bare(base_url, [body] * n, concurrency)
     else:
         async with OpenAIBackbone(model="fake", base_url=base_url, concurrency=concurrency, read_timeout_s=120) as b:

@@ -18,6 +18,7 @@ import pytest
 
 from apm.backbones.base import FramePart, Message, Request, TextPart
 from apm.backbones.openai_api import OpenAIBackbone
+from apm.backbones.transport import CHUNK_BYTES, Body
 from apm.data import clock
 from apm.data.frames import Frame
 
@@ -80,3 +81,17 @@ def test_a_request_of_new_frames_holds_their_base64_and_no_more(fake_api):
     """Every frame new: each request's base64 (≈ its body, kept by the cache) and at most HELD more."""
     grown, size = grown_per_request(fake_api, [request(f"new-{i}") for i in range(IN_FLIGHT)])
     assert grown <= size + HELD, f"{grown / MIB:.1f} MiB per request in flight, body {size / MIB:.1f} MiB"
+
+
+def test_a_body_is_written_in_chunks_of_whole_pieces_and_can_be_sent_again():
+    """Consecutive pieces joined up to CHUNK_BYTES (a larger piece alone), the same bytes each time it is sent."""
+    pieces = [b"a" * n for n in (10, CHUNK_BYTES - 5, 3, 2 * CHUNK_BYTES, 7, 1)]
+    body = Body(pieces)
+
+    async def writes() -> list[bytes]:
+        return [w async for w in body]
+
+    first = asyncio.run(writes())
+    assert [len(w) for w in first] == [10, CHUNK_BYTES - 2, 2 * CHUNK_BYTES, 8]
+    assert b"".join(first) == bytes(body) == b"".join(pieces) and body.size == len(bytes(body))
+    assert asyncio.run(writes()) == first

@@ -68,24 +68,38 @@ class EncodedFrames:
         self._entries: OrderedDict[Hashable, tuple[bytes, bytes]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def __call__(self, frame: Frame) -> bytes:
-        """The base64 of ``frame``'s JPEG."""
-        key = (frame.entry, frame.offset) if frame.entry else ("", id(frame.jpeg))
+    def __call__(self, frames: Sequence[Frame]) -> list[bytes]:
+        """The base64 of each of ``frames``' JPEGs: the lock taken once to look them all up and once to keep
+        those encoded (a 1,024-frame request is one call, not 1,024)."""
+        keys = [(f.entry, f.offset) if f.entry else ("", id(f.jpeg)) for f in frames]
+        out: list[bytes] = []
+        missing: list[int] = []
         with self._lock:
-            found = self._entries.get(key)
-            if found is not None and (found[0] is frame.jpeg or found[0] == frame.jpeg):
-                self._entries.move_to_end(key)
-                return found[1]
-        data = b64encode(frame.jpeg)
-        with self._lock:
-            if (old := self._entries.pop(key, None)) is not None:
-                self.held -= len(old[0]) + len(old[1])
-            self._entries[key] = (frame.jpeg, data)
-            self.held += len(frame.jpeg) + len(data)
-            while self.held > self.max_bytes and len(self._entries) > 1:
-                jpeg, dropped = self._entries.popitem(last=False)[1]
-                self.held -= len(jpeg) + len(dropped)
-        return data
+            for key, frame in zip(keys, frames, strict=True):
+                found = self._entries.get(key)
+                if found is not None and (found[0] is frame.jpeg or found[0] == frame.jpeg):
+                    self._entries.move_to_end(key)
+                    out.append(found[1])
+                else:
+                    missing.append(len(out))
+                    out.append(b"")  # encoded below, outside the lock
+        made = [(i, b64encode(frames[i].jpeg)) for i in missing]
+        if made:
+            with self._lock:
+                for i, data in made:
+                    self._keep(keys[i], frames[i].jpeg, data)
+                    out[i] = data
+        return out
+
+    def _keep(self, key: Hashable, jpeg: bytes, data: bytes) -> None:
+        """Hold ``jpeg``'s base64 under ``key``, dropping the least recently used past ``max_bytes`` (lock held)."""
+        if (old := self._entries.pop(key, None)) is not None:
+            self.held -= len(old[0]) + len(old[1])
+        self._entries[key] = (jpeg, data)
+        self.held += len(jpeg) + len(data)
+        while self.held > self.max_bytes and len(self._entries) > 1:
+            dropped_jpeg, dropped = self._entries.popitem(last=False)[1]
+            self.held -= len(dropped_jpeg) + len(dropped)
 
 
 @dataclass(frozen=True)
@@ -177,12 +191,12 @@ class ChatBody:
             if isinstance(segment, TextPart):
                 out.append(_text(segment.text))
             elif as_video and not isinstance(segment, Stills):
-                url = render(VIDEO_URL, [self.frames_base64(f) for f in segment])
+                url = render(VIDEO_URL, self.frames_base64(segment))
                 video = {"type": "video_url", "video_url": {"url": url}}
                 out.append(video | ({"uuid": video_uuid(segment)} if self.media_uuids else {}))
             else:
-                out += [_image(render(IMAGE_URL, (self.frames_base64(f),)))
-                        | ({"uuid": frame_uuid(f)} if self.media_uuids else {}) for f in segment]
+                out += [_image(render(IMAGE_URL, (data,))) | ({"uuid": frame_uuid(f)} if self.media_uuids else {})
+                        for f, data in zip(segment, self.frames_base64(segment), strict=True)]
         return out
 
 

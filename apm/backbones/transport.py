@@ -17,8 +17,10 @@ import json
 import logging
 import os
 import time
+from bisect import bisect_right
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import httpx
@@ -59,17 +61,14 @@ class Body:
         return b"".join(self.pieces)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        """The body in writes: consecutive pieces joined up to :data:`CHUNK_BYTES` (a larger piece alone)."""
-        batch: list[bytes] = []
-        held = 0
-        for piece in self.pieces:
-            if held + len(piece) > CHUNK_BYTES and batch:
-                yield b"".join(batch)
-                batch, held = [], 0
-            batch.append(piece)
-            held += len(piece)
-        if batch:
-            yield b"".join(batch)
+        """The body in writes: consecutive pieces joined up to :data:`CHUNK_BYTES` (a larger piece alone),
+        the cuts found by bisection, not piece by piece (a 1,024-frame body has ~2,000 pieces)."""
+        ends = list(accumulate(map(len, self.pieces)))
+        start = 0
+        while start < len(ends):
+            stop = max(bisect_right(ends, (ends[start - 1] if start else 0) + CHUNK_BYTES), start + 1)
+            yield b"".join(self.pieces[start:stop])
+            start = stop
 
 
 class Retryable(Exception):

@@ -152,8 +152,8 @@ class CacheEntry:
 
     def jpegs(self, indices: Iterable[int]) -> list[bytes]:
         """The JPEGs of several samples with one file open."""
-        indices = list(indices)
-        bad = [i for i in indices if not 0 <= i < self.count]
+        indices, count = list(indices), self.count
+        bad = [i for i in indices if not 0 <= i < count]
         if bad:
             raise IndexError(f"{self.video}: samples {bad[:5]} outside 0..{self.count - 1}")
         return self._file.read(indices)
