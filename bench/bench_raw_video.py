@@ -7,21 +7,23 @@ first, outside every timer (``--work DIR`` keeps and reuses them). The fake serv
 answers every request after ``--latency`` s. Then, each in its own subprocess, one after the other:
 
 - **apm-run**: ``memory=raw_video`` (every probe sends up to 1,024 frames uniformly sampled from every
-  visible session, and its prefix) through ``backbone=openai_compatible`` (``max_frames: 1024``), run and
-  backbone concurrency ``--concurrency``;
+  visible session, and its prefix) through ``backbone=openai_compatible`` (``max_frames: 1024``), backbone
+  concurrency ``--concurrency`` (HTTP requests at once) and run concurrency ``--run-concurrency`` (instances
+  at once, each holding its slot while its frames are read and its body built too; default the same);
 - **bare**: the same probes' bodies, rebuilt once before its timer from each record's kept prompt and
   frames (the same cached JPEGs, so the same bytes but for the generation settings' few bytes) and
   posted by httpx alone at the same concurrency (``bench_requests.bare``).
 
-Per client: requests/s (apm-run: probes from its first request reaching the server to its last record
-written, its preflight inside that window; bare: its own timer, after one warm-up round), CPU ms per
+Per client: requests/s (apm-run: probes from the first probe's preparation, ``written − prep_s −
+elapsed_s``, to its last record written — and, apart, from its first request reaching the server, its
+preflight's two requests inside that window; bare: its own timer, after one warm-up round), CPU ms per
 request (every process of the client's tree, and the fake server's apart, both from the moment the
 client's first request reached the server: after apm-run's start-up, after bare's bodies are built),
 peak RSS of the tree and its growth from that moment, per request in flight at the server, and the most
 requests the server had in flight.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_raw_video.py [--trajectories 2] [--latency 0.5]
-        [--concurrency 16] [--limit N] [--work DIR]
+        [--concurrency 16] [--run-concurrency 32] [--limit N] [--work DIR]
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class Client:
     def __init__(self) -> None:
         self.requests = self.sent = self.in_flight = self.errors = 0
         self.rps = self.cpu_s = self.server_cpu_s = self.peak_mib = self.growth_mib = 0.0
+        self.started_rps = 0.0
+        """apm-run's rate from its first request, the preflight's (its largest request, alone) included."""
 
     @property
     def growth_per_request_mib(self) -> float:
@@ -103,13 +107,15 @@ def apm_run(root: Path, runs: Path, cache: Path, server: tuple[subprocess.Popen[
     command = [str(Path(sys.executable).parent / "apm-run"), f"dataset.root={root}", f"output_root={runs}",
                f"frames.cache_dir={cache}", "memory=raw_video", "backbone=openai_compatible",
                f"backbone.base_url={server[1]}", "backbone.model=fake", f"backbone.max_frames={args.frames}",
-               f"backbone.concurrency={args.concurrency}", f"concurrency={args.concurrency}",
+               f"backbone.concurrency={args.concurrency}", f"concurrency={args.run_concurrency}",
                "logging.wandb.mode=disabled", "logging.progress=false", *limit]
     client, first = watched(command, server, runs.parent / "apm-run.log")
     [run_dir] = {p.parent.parent for p in runs.rglob("records/*.jsonl")}
     recs = lines(run_dir, "records")
     client.requests, client.sent, client.errors = len(recs), len(recs) + 2, sum(r["error"] is not None for r in recs)
-    client.rps = len(recs) / (max(r["written_ns"] for r in recs) / 1e9 - first)
+    last = max(r["written_ns"] for r in recs) / 1e9
+    began = min(r["written_ns"] / 1e9 - r["latency"]["prep_s"] - r["latency"]["elapsed_s"] for r in recs)
+    client.rps, client.started_rps = len(recs) / (last - began), len(recs) / (last - first)
     return client, run_dir
 
 
@@ -168,7 +174,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trajectories", type=int, default=2, help="paper-shaped trajectories synthesised")
     p.add_argument("--latency", type=float, default=0.5)
-    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--concurrency", type=int, default=16, help="HTTP requests at once: bare's, the backbone's")
+    p.add_argument("--run-concurrency", type=int, default=None,
+                   help="apm-run's concurrency (instances being prepared or sent at once; default --concurrency)")
     p.add_argument("--frames", type=int, default=1024, help="backbone.max_frames")
     p.add_argument("--limit", type=int, default=None, help="dataset.limit: run only N instances")
     p.add_argument("--work", type=Path, default=None, help="keep (and reuse) the release and frame cache here")
@@ -177,6 +185,7 @@ def main() -> None:
         p.add_argument(hidden, type=Path, help=argparse.SUPPRESS)
     p.add_argument("--base-url", help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.run_concurrency = args.run_concurrency or args.concurrency
     if args.bare_of:
         return bare_main(args)
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,13 +204,16 @@ def main() -> None:
             server[0].wait()
     print(f"Command: `python {' '.join(sys.argv)}`")
     print(f"Machine: {machine()} (at the start {load:.1f})")
-    print(f"L = {args.latency:g} s, C = {args.concurrency}, max_frames = {args.frames}, "
+    print(f"L = {args.latency:g} s, C = {args.concurrency} (apm-run concurrency={args.run_concurrency}), "
+          f"max_frames = {args.frames}, "
           f"{args.trajectories} paper-shaped trajectories")
     print("| client | requests | requests/s | ÷ bare | CPU ms / request (tree) | fake server CPU ms / request "
           "| most in flight at the server | peak RSS (MiB) | peak RSS growth per request in flight (MiB) | errors |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     print(row("bare httpx (the run's bodies, prebuilt)", plain, plain))
     print(row("`raw_video` via `apm-run`", run, plain))
+    print(f"apm-run from its first request (the preflight's included): {run.started_rps:.2f} requests/s, "
+          f"{run.started_rps / plain.rps:.2f} of bare")
 
 
 if __name__ == "__main__":
