@@ -3,8 +3,10 @@ bodies (docs/performance.md, "Raw video at 1,024 frames (issue 37, item 2)").
 
 A paper-shaped synthetic release of ``--trajectories`` trajectories (``apm.synth.generate(scale="paper")``:
 4–7 sessions of 11–15 min each) and its frame cache at the run's frame settings (1 FPS, 448 px) are built
-first, outside every timer (``--work DIR`` keeps and reuses them). The fake server (in a subprocess)
-answers every request after ``--latency`` s. Then, each in its own subprocess, one after the other:
+first, outside every timer, and kept for the next run in ``--work DIR`` (default
+``$TMPDIR/apm-bench-raw-video``: the first run synthesises for ~2 min per trajectory, later runs take
+~1 min). The fake server (in a subprocess) answers every request after ``--latency`` s. Then, each in
+its own subprocess, one after the other:
 
 - **apm-run**: ``memory=raw_video`` (every probe sends up to 1,024 frames uniformly sampled from every
   visible session, and its prefix) through ``backbone=openai_compatible`` (``max_frames: 1024``), backbone
@@ -179,7 +181,8 @@ def main() -> None:
                    help="apm-run's concurrency (instances being prepared or sent at once; default --concurrency)")
     p.add_argument("--frames", type=int, default=1024, help="backbone.max_frames")
     p.add_argument("--limit", type=int, default=None, help="dataset.limit: run only N instances")
-    p.add_argument("--work", type=Path, default=None, help="keep (and reuse) the release and frame cache here")
+    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "apm-bench-raw-video",
+                   help="keep (and reuse) the release and frame cache here")
     p.add_argument("--bare-of", type=Path, help=argparse.SUPPRESS)
     for hidden in ("--release", "--cache", "--out"):
         p.add_argument(hidden, type=Path, help=argparse.SUPPRESS)
@@ -189,8 +192,7 @@ def main() -> None:
     if args.bare_of:
         return bare_main(args)
     with tempfile.TemporaryDirectory() as tmp:
-        work = args.work or Path(tmp)
-        root, cache, runs = work / f"paper-{args.trajectories}", work / "cache", Path(tmp) / "runs"
+        root, cache, runs = args.work / f"paper-{args.trajectories}", args.work / "cache", Path(tmp) / "runs"
         if not (root / "trajectories.json").exists():
             generate(root, seed=0, scale="paper", limit_trajectories=args.trajectories)
         build_release_cache(load_release(root), cache, progress=False)
