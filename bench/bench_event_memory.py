@@ -75,7 +75,8 @@ def timed_run(checkout: Path, work: Path, overrides: list[str]) -> tuple[float, 
         _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - began
     if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"apm-run failed in {checkout}: {child.stderr.read().decode()[-2000:] if child.stderr else ''}")
+        said = child.stderr.read().decode()[-2000:] if child.stderr else ""
+        raise SystemExit(f"apm-run failed in {checkout}: {said}")
     reaped = usage.ru_utime + usage.ru_stime
     unreaped = sum(cpu for pid, cpu in tree.used.items() if pid != child.pid)  # workers it did not wait for
     probes = sum(len(p.read_text().splitlines()) for p in out.rglob("records/*.jsonl"))

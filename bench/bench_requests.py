@@ -27,6 +27,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import httpx
@@ -107,19 +108,20 @@ async def bare_post(client: httpx.AsyncClient, url: str, body: bytes) -> float:
     return ttft
 
 
-async def bare(base_url: str, body: bytes, concurrency: int, n: int) -> tuple[float, float, list[float]]:
-    """``n`` posts of ``body`` at ``concurrency``: wall s, CPU s, times to first token."""
+async def bare(base_url: str, bodies: Sequence[bytes], concurrency: int) -> tuple[float, float, list[float]]:
+    """A post of each of ``bodies`` at ``concurrency`` (after a warm-up round of the first): wall s, CPU s,
+    times to first token."""
     url, gate = f"{base_url}/chat/completions", asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        async def one() -> float:
+        async def one(body: bytes) -> float:
             async with gate:
                 return await bare_post(client, url, body)
 
-        await asyncio.gather(*(one() for _ in range(concurrency)))  # warm connections
+        await asyncio.gather(*(one(bodies[0]) for _ in range(concurrency)))  # warm connections
         await server_stats(base_url)
         cpu0, t0 = time.process_time(), time.perf_counter()
-        ttfts = await asyncio.gather(*(one() for _ in range(n)))
+        ttfts = await asyncio.gather(*(one(body) for body in bodies))
         return time.perf_counter() - t0, time.process_time() - cpu0, list(ttfts)
 
 
@@ -127,8 +129,8 @@ async def measure(base_url: str, client: str, req: Request, concurrency: int, n:
     """One client's run of ``n`` requests like ``req`` at ``concurrency``."""
     encode: float | None = None
     if client == "bare":
-        body = OpenAIBackbone(model="fake", base_url=base_url).wire(req)
-        wall, cpu, ttfts = await bare(base_url, body, concurrency, n)
+        body = bytes(OpenAIBackbone(model="fake", base_url=base_url).wire(req))
+        wall, cpu, ttfts = await bare(base_url, [body] * n, concurrency)
     else:
         async with OpenAIBackbone(model="fake", base_url=base_url, concurrency=concurrency, read_timeout_s=120) as b:
             await asyncio.gather(*(b.generate(req) for _ in range(concurrency)))  # warm connections and cache

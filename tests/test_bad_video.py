@@ -17,7 +17,8 @@ from apm.video.decode import SamplingSettings, VideoDecodeError, assign_slots, s
 
 def codes(video: Path, **settings: float) -> list[int]:
     """The time code (centiseconds after the first frame) shown by each slot."""
-    return [read_code(Frame("DAY1/S001", 0, 0, j).pixels()) for j, _ in sample_frames(video, SamplingSettings(**settings))]
+    sampled = sample_frames(video, SamplingSettings(**settings))
+    return [read_code(Frame("DAY1/S001", 0, 0, jpeg).pixels()) for jpeg, _ in sampled]
 
 
 def test_slot_rule_on_timestamps() -> None:

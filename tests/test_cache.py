@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import multiprocessing as mp
 import multiprocessing.synchronize
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -22,7 +24,7 @@ from support.video import cfr, make_video, read_code
 from apm.data.frames import Frame
 from apm.data.model import Release, Session, Trajectory
 from apm.video import cache as cache_mod
-from apm.video.cache import CACHE_DIR_ENV, FrameCache, build_release_cache, default_cache_dir
+from apm.video.cache import CACHE_DIR_ENV, FrameCache, build_release_cache, default_cache_dir, sample_seconds
 from apm.video.store import CorruptEntryError, EntryFile, write_entry
 
 
@@ -289,3 +291,10 @@ def test_the_build_workers_never_fork_the_caller(clip: Path, tmp_path: Path, mon
     release = Release(tmp_path, (Trajectory("T1", "test", "t", sessions),), ())
     assert build_release_cache(release, tmp_path / "c", workers=2, progress=False).ready == (clip.resolve(),)
     assert started == ["forkserver"]
+
+
+@pytest.mark.parametrize("rate", [Fraction(1), Fraction(2), Fraction(1, 3), Fraction(30000, 1001), Fraction(7, 10)])
+def test_sample_seconds_are_the_offsets_float_and_floor(rate: Fraction) -> None:
+    """The frames' offsets and wall-clock seconds, taken without Fractions, are exactly the Fraction's."""
+    for i in [*range(2000), 10**6 + 7, 3 * 10**7 + 1]:
+        assert sample_seconds(i, rate) == (float(i / rate), math.floor(i / rate))

@@ -16,6 +16,7 @@ from support.runner import compose_run, records, run, served
 from apm.backbones import chat_body
 from apm.backbones.base import FramePart, Message, Request, TextPart
 from apm.backbones.openai_api import BODIES_PER_SLOT, OpenAIBackbone
+from apm.backbones.transport import Body
 from apm.data import clock
 from apm.data.frames import Frame
 from apm.synth import generate
@@ -91,7 +92,7 @@ def test_a_cached_encoding_is_used_only_for_the_same_bytes(monkeypatch):
     forged = Request((Message("user", (FramePart(impostor), TextPart("q"))),), request_id="k9")
     backbone = OpenAIBackbone(model="fake", base_url="http://h/v1")
     backbone.wire(honest)
-    [part, _] = json.loads(backbone.wire(forged))["messages"][0]["content"]
+    [part, _] = json.loads(bytes(backbone.wire(forged)))["messages"][0]["content"]
     assert base64.b64decode(part["image_url"]["url"].split(",", 1)[1]) == b"other bytes"
 
 
@@ -102,7 +103,7 @@ def test_the_server_gets_exactly_the_bytes_the_engine_encodes():
         send(srv.base_url, req)
         [got] = srv.bodies
         [(headers, _)] = srv.requests
-    assert got == OpenAIBackbone(model="fake", base_url="http://h/v1").wire(req)
+    assert got == bytes(OpenAIBackbone(model="fake", base_url="http://h/v1").wire(req))
     assert headers["content-type"] == "application/json"
 
 
@@ -133,7 +134,7 @@ def test_bodies_built_ahead_of_a_connection_slot_are_bounded():
         async with OpenAIBackbone(model="fake", base_url=url, concurrency=1) as backbone:
             wire = backbone.wire
 
-            def counted(r: Request) -> bytes:
+            def counted(r: Request) -> Body:
                 built.append(r.request_id)
                 return wire(r)
 

@@ -6,12 +6,12 @@ frame as an ``image_url`` JPEG data URL; ``"video"`` (vLLM) sends each run of fr
 ``media_io_kwargs``; stills go as images in both. ``media_uuids`` gives each media item its ``uuid``
 (vLLM keys its caches by it).
 
-:meth:`ChatBody.wire` is the body as sent: JSON bytes (orjson), each data URL spliced in as a
-pre-serialised fragment, byte for byte what ``json.dumps(body(...), ensure_ascii=False,
-separators=(",", ":"))`` gives. Each frame's base64 (pybase64, SIMD: the same bytes as the standard
-library's, ~7x faster) is computed once and kept in a bounded :class:`EncodedFrames` cache, so the
-probes of a trajectory that show a frame again reuse it
-(docs/backbones.md, "Request bodies").
+:meth:`ChatBody.wire` is the body as sent: a :class:`~apm.backbones.transport.Body` of pieces, orjson's
+JSON bytes with each data URL spliced in as its frames' base64 bytes objects (never joined into one
+body), byte for byte what ``json.dumps(body(...), ensure_ascii=False, separators=(",", ":"))`` gives.
+Each frame's base64 (pybase64, SIMD: the same bytes as the standard library's, ~7x faster) is computed
+once and kept in a bounded :class:`EncodedFrames` cache, so the probes of a trajectory that show a
+frame again reuse it (docs/backbones.md, "Request bodies").
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import orjson
 from pybase64 import b64encode
 
 from apm.backbones.base import Message, Request, Stills, TextPart, VideoTiming, frame_uuid, video_timing, video_uuid
+from apm.backbones.transport import Body
 from apm.data.frames import Frame
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ frames of 24 KB: the frames of about eight 1,024-frame requests in flight)."""
 IMAGE_URL, VIDEO_URL = b"data:image/jpeg;base64,", b"data:video/jpeg;base64,"
 
 Url = str | orjson.Fragment
-"""A data URL as a string (:meth:`ChatBody.body`) or as a pre-serialised JSON string (:meth:`ChatBody.wire`)."""
+"""A data URL as a string (:meth:`ChatBody.body`) or a mark where :meth:`ChatBody.wire` splices it in."""
 Render = Callable[[bytes, Sequence[bytes]], Url]
 """A data URL from its prefix and its frames' base64."""
 
@@ -49,9 +50,10 @@ def as_text(prefix: bytes, data: Sequence[bytes]) -> str:
     return (prefix + b",".join(data)).decode("ascii")
 
 
-def as_fragment(prefix: bytes, data: Sequence[bytes]) -> orjson.Fragment:
-    """A data URL as a JSON string, already serialised (base64 needs no escaping): orjson copies it as is."""
-    return orjson.Fragment(b"".join((b'"', prefix, b",".join(data), b'"')))
+URL_MARK = b"\x00"
+"""Where :meth:`ChatBody.wire` splices a data URL into orjson's bytes: a raw NUL, which orjson writes
+nowhere else (inside a string it is escaped)."""
+MARK = orjson.Fragment(URL_MARK)
 
 
 class EncodedFrames:
@@ -66,24 +68,38 @@ class EncodedFrames:
         self._entries: OrderedDict[Hashable, tuple[bytes, bytes]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def __call__(self, frame: Frame) -> bytes:
-        """The base64 of ``frame``'s JPEG."""
-        key = (frame.entry, frame.offset) if frame.entry else ("", id(frame.jpeg))
+    def __call__(self, frames: Sequence[Frame]) -> list[bytes]:
+        """The base64 of each of ``frames``' JPEGs: the lock taken once to look them all up and once to keep
+        those encoded (a 1,024-frame request is one call, not 1,024)."""
+        keys = [(f.entry, f.offset) if f.entry else ("", id(f.jpeg)) for f in frames]
+        out: list[bytes] = []
+        missing: list[int] = []
         with self._lock:
-            found = self._entries.get(key)
-            if found is not None and (found[0] is frame.jpeg or found[0] == frame.jpeg):
-                self._entries.move_to_end(key)
-                return found[1]
-        data = b64encode(frame.jpeg)
-        with self._lock:
-            if (old := self._entries.pop(key, None)) is not None:
-                self.held -= len(old[0]) + len(old[1])
-            self._entries[key] = (frame.jpeg, data)
-            self.held += len(frame.jpeg) + len(data)
-            while self.held > self.max_bytes and len(self._entries) > 1:
-                jpeg, dropped = self._entries.popitem(last=False)[1]
-                self.held -= len(jpeg) + len(dropped)
-        return data
+            for key, frame in zip(keys, frames, strict=True):
+                found = self._entries.get(key)
+                if found is not None and (found[0] is frame.jpeg or found[0] == frame.jpeg):
+                    self._entries.move_to_end(key)
+                    out.append(found[1])
+                else:
+                    missing.append(len(out))
+                    out.append(b"")  # encoded below, outside the lock
+        made = [(i, b64encode(frames[i].jpeg)) for i in missing]
+        if made:
+            with self._lock:
+                for i, data in made:
+                    self._keep(keys[i], frames[i].jpeg, data)
+                    out[i] = data
+        return out
+
+    def _keep(self, key: Hashable, jpeg: bytes, data: bytes) -> None:
+        """Hold ``jpeg``'s base64 under ``key``, dropping the least recently used past ``max_bytes`` (lock held)."""
+        if (old := self._entries.pop(key, None)) is not None:
+            self.held -= len(old[0]) + len(old[1])
+        self._entries[key] = (jpeg, data)
+        self.held += len(jpeg) + len(data)
+        while self.held > self.max_bytes and len(self._entries) > 1:
+            dropped_jpeg, dropped = self._entries.popitem(last=False)[1]
+            self.held -= len(dropped_jpeg) + len(dropped)
 
 
 @dataclass(frozen=True)
@@ -136,9 +152,24 @@ class ChatBody:
             body["media_io_kwargs"] = {"video": timing.metadata() | count}
         return body | self.extra_body
 
-    def wire(self, model: str, request: Request) -> bytes:
-        """:meth:`body` as the JSON bytes sent (what httpx's ``json=`` sent, built without scanning the frames)."""
-        return orjson.dumps(self.body(model, request, as_fragment))
+    def wire(self, model: str, request: Request) -> Body:
+        """:meth:`body` as the JSON bytes sent (what httpx's ``json=`` sent), built without scanning or copying
+        the frames: orjson writes the body with a :data:`URL_MARK` for each data URL, and the pieces between
+        the marks alternate with each URL's prefix and its frames' cached base64, the very bytes objects."""
+        urls: list[tuple[bytes, Sequence[bytes]]] = []
+
+        def mark(prefix: bytes, data: Sequence[bytes]) -> orjson.Fragment:
+            urls.append((prefix, data))
+            return MARK
+
+        between = orjson.dumps(self.body(model, request, mark)).split(URL_MARK)
+        pieces = [between[0]]
+        for (prefix, data), after in zip(urls, between[1:], strict=True):
+            pieces[-1] += b'"' + prefix
+            for i, frame in enumerate(data):
+                pieces += (b",", frame) if i else (frame,)
+            pieces.append(b'"' + after)
+        return Body(pieces)
 
     def video_timing(self, request: Request) -> VideoTiming | None:
         """In video mode, the one timing every run of frames of ``request`` has; None: send images."""
@@ -160,12 +191,12 @@ class ChatBody:
             if isinstance(segment, TextPart):
                 out.append(_text(segment.text))
             elif as_video and not isinstance(segment, Stills):
-                url = render(VIDEO_URL, [self.frames_base64(f) for f in segment])
+                url = render(VIDEO_URL, self.frames_base64(segment))
                 video = {"type": "video_url", "video_url": {"url": url}}
                 out.append(video | ({"uuid": video_uuid(segment)} if self.media_uuids else {}))
             else:
-                out += [_image(render(IMAGE_URL, (self.frames_base64(f),)))
-                        | ({"uuid": frame_uuid(f)} if self.media_uuids else {}) for f in segment]
+                out += [_image(render(IMAGE_URL, (data,))) | ({"uuid": frame_uuid(f)} if self.media_uuids else {})
+                        for f, data in zip(segment, self.frames_base64(segment), strict=True)]
         return out
 
 

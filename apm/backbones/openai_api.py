@@ -36,7 +36,7 @@ from apm.backbones.base import (
 )
 from apm.backbones.chat_body import ChatBody, FrameMode, media_items
 from apm.backbones.guard import ContextGuard, Policy, text_chars
-from apm.backbones.transport import Fatal, Transport
+from apm.backbones.transport import Body, Fatal, Transport
 from apm.records.declaration import Declaration
 from apm.records.redact import redact, url_userinfo
 
@@ -197,7 +197,7 @@ class OpenAIBackbone(Backbone):
                                                      cut.request_id)
         return replace(response, truncation=truncation, encode_s=encode_s, elapsed_s=time.perf_counter() - began)
 
-    def _encode(self, request: Request) -> tuple[Request, Truncation | None, bytes, float]:
+    def _encode(self, request: Request) -> tuple[Request, Truncation | None, Body, float]:
         """``request`` cut to the guard's limits, what the cut dropped, its body as sent, and the seconds
         all that took (waiting for the encoder thread not included)."""
         began = time.perf_counter()
@@ -290,8 +290,8 @@ class OpenAIBackbone(Backbone):
         """The chat-completions JSON body for a request (:meth:`ChatBody.body` naming this endpoint's model)."""
         return self.encoding.body(self.model, request)
 
-    def wire(self, request: Request) -> bytes:
-        """:meth:`payload` as the JSON bytes sent (:meth:`ChatBody.wire`)."""
+    def wire(self, request: Request) -> Body:
+        """:meth:`payload` as the JSON bytes sent, in pieces (:meth:`ChatBody.wire`; ``bytes()`` joins them)."""
         return self.encoding.wire(self.model, request)
 
     def route(self, request: Request) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """The HTTP side of an OpenAI-compatible endpoint: pooled clients, one streamed attempt, retries.
 
-A :class:`Transport` sends a chat-completions body it is given (JSON bytes, encoded by the caller
-before the call, so no encoding runs on the event loop or inside a timer) and reads the streamed
+A :class:`Transport` sends a chat-completions body it is given (JSON bytes, or a :class:`Body` of
+pieces never joined whole, encoded by the caller before the call, so no encoding runs on the event loop
+or inside a timer) and reads the streamed
 answer back; it knows nothing of requests, frames or engines. Failed attempts (429, 5xx, connection errors,
 timeouts, malformed or dropped streams) are retried from scratch with exponential back-off plus
 jitter; only the final attempt's text, timing and token counts are reported, and a call that still
@@ -16,7 +17,10 @@ import json
 import logging
 import os
 import time
+from bisect import bisect_right
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import httpx
@@ -34,9 +38,37 @@ RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 """HTTP statuses worth another attempt; any other non-200 status fails the request at once."""
 JSON_BODY = {"Content-Type": "application/json"}
 """The header httpx's ``json=`` set, sent with the pre-encoded body."""
+CHUNK_BYTES = 2**20
+"""How many bytes of a :class:`Body`'s pieces are joined into one write (1 MiB): few enough writes that
+each costs nothing against its bytes, a small enough copy that a body is never held twice."""
 PREFLIGHT_CONNECT_ATTEMPTS = 3
 """Tries at reaching ``GET /models`` before a run (1 s, then 2 s apart): a server that is down is
 reported within seconds instead of after every instance's retry budget."""
+
+
+class Body:
+    """A request body as the byte pieces it is made of (shared, never copied whole: a 1,024-frame body's
+    frames are the base64 its backbone keeps), sent with its ``Content-Length`` in writes of about
+    :data:`CHUNK_BYTES`; it can be sent again (a retry) and read whole (``bytes(body)``)."""
+
+    __slots__ = ("pieces", "size")
+
+    def __init__(self, pieces: Sequence[bytes]) -> None:
+        self.pieces = tuple(pieces)
+        self.size = sum(map(len, self.pieces))
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.pieces)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        """The body in writes: consecutive pieces joined up to :data:`CHUNK_BYTES` (a larger piece alone),
+        the cuts found by bisection, not piece by piece (a 1,024-frame body has ~2,000 pieces)."""
+        ends = list(accumulate(map(len, self.pieces)))
+        start = 0
+        while start < len(ends):
+            stop = max(bisect_right(ends, (ends[start - 1] if start else 0) + CHUNK_BYTES), start + 1)
+            yield b"".join(self.pieces[start:stop])
+            start = stop
 
 
 class Retryable(Exception):
@@ -127,7 +159,7 @@ class Transport:
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    async def complete(self, url: str, body: bytes, route: dict[str, str], request_id: str) -> Response:
+    async def complete(self, url: str, body: bytes | Body, route: dict[str, str], request_id: str) -> Response:
         """POST ``body`` (JSON) to ``url`` (``route``: extra headers), streamed and retried; failures come
         back in the Response (``elapsed_s``: from this call to its end)."""
         began = time.perf_counter()
@@ -209,7 +241,7 @@ class Transport:
         hint = exc.retry_after if isinstance(exc, Retryable) else None
         return min(max(self._backoff(state), hint or 0.0), self.backoff_max_s)
 
-    async def _attempt(self, url: str, body: bytes, route: dict[str, str],
+    async def _attempt(self, url: str, body: bytes | Body, route: dict[str, str],
                        arm: asyncio.Timeout | None) -> _Answer:
         """One HTTP attempt; transient failures raise :class:`Retryable`, the rest :class:`Fatal`.
 
@@ -232,9 +264,10 @@ class Transport:
         finally:
             self._slots.put_nowait(client)
 
-    async def _stream(self, client: httpx.AsyncClient, url: str, body: bytes, route: dict[str, str],
+    async def _stream(self, client: httpx.AsyncClient, url: str, body: bytes | Body, route: dict[str, str],
                       sent: float) -> _Answer:
-        headers = self.headers() | JSON_BODY | route
+        length = {"Content-Length": str(body.size)} if isinstance(body, Body) else {}
+        headers = self.headers() | JSON_BODY | length | route
         async with client.stream("POST", url, content=body, headers=headers) as r:
             if r.status_code != 200:
                 detail = (await r.aread())[:300].decode("utf-8", "replace")

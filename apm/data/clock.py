@@ -8,6 +8,7 @@ sessions, which is what the online protocol and Storage/hr need.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 SECONDS_PER_DAY = 86_400
 _HMS = re.compile(r"([0-9]{2}):([0-9]{2}):([0-9]{2})")
@@ -54,6 +55,8 @@ def split(abs_second: int) -> tuple[str, str]:
     return f"DAY{day + 1}", format_hms(sod)
 
 
+@lru_cache(maxsize=2**16)
 def label(abs_second: int) -> str:
-    """An absolute second as people read it: ``DAY2 14:03:05``."""
+    """An absolute second as people read it: ``DAY2 14:03:05`` (remembered: a 1,024-frame record labels each
+    frame, and its probes' neighbours label the same seconds again)."""
     return " ".join(split(abs_second))

@@ -40,7 +40,8 @@ class Preview:
 
         with Image.open(io.BytesIO(jpeg)) as im:
             width, height = im.size
-            if min(width, height) < PREVIEW_SCALE or im.draft("RGB", (width // PREVIEW_SCALE, height // PREVIEW_SCALE)) is None:
+            scaled = (width // PREVIEW_SCALE, height // PREVIEW_SCALE)
+            if min(width, height) < PREVIEW_SCALE or im.draft("RGB", scaled) is None:
                 return None
             return cls((width, height), im.convert("RGB").tobytes())
 
@@ -52,8 +53,8 @@ class Preview:
     def image(self) -> Image.Image:
         from PIL import Image
 
-        scaled = tuple(-(-side // PREVIEW_SCALE) for side in self.size)
-        return Image.frombytes("RGB", scaled, self.rgb)
+        width, height = self.size
+        return Image.frombytes("RGB", (-(-width // PREVIEW_SCALE), -(-height // PREVIEW_SCALE)), self.rgb)
 
     def to_bytes(self) -> bytes:
         """As the frame cache stores it: u16 width, u16 height (little-endian), then the pixels."""

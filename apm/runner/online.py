@@ -114,8 +114,8 @@ def session_frames(cache: FrameCache, session: Session, limit: int, previews: bo
     chosen = uniform_indices(within, limit)
     read = entry.jpegs_with_previews(chosen) if previews else [(jpeg, None) for jpeg in entry.jpegs(chosen)]
     return tuple(
-        Frame(session.key, float(entry.offset(i)), session.start + int(entry.offset(i)), jpeg, preview=preview)
-        for i, (jpeg, preview) in zip(chosen, read)
+        Frame(session.key, offset, session.start + whole, jpeg, preview=preview)
+        for (offset, whole), (jpeg, preview) in zip(map(entry.seconds, chosen), read)
     )
 
 

@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 
 CACHE_DIR_ENV = "APM_CACHE_DIR"
 FORMAT_VERSION = 2
-"""2: each frame's preview stored after its JPEG. Bumped whenever the entry layout or the decode rules change: it is part of every key."""
+"""Bumped whenever the entry layout or the decode rules change (2: each frame's preview after its JPEG);
+part of every key."""
 
 
 def default_cache_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -106,6 +107,13 @@ def _memo(path: Path) -> dict[str, Any] | None:
     return None
 
 
+def sample_seconds(i: int, rate: Fraction) -> tuple[float, int]:
+    """``float(i / rate)`` and ``floor(i / rate)``, exactly, without building a Fraction (a 1,024-frame
+    request asks for 1,024 of them): integer true division is correctly rounded, as ``float(Fraction)`` is."""
+    whole = i * rate.denominator
+    return whole / rate.numerator, whole // rate.numerator
+
+
 class CacheEntry:
     """The cached frames of one video: sample ``i`` is video offset ``i / rate``; JPEG access is O(1)."""
 
@@ -136,6 +144,10 @@ class CacheEntry:
         """Video offset (seconds) of sample ``i``: the frame shown was recorded at or before it."""
         return i / self.rate
 
+    def seconds(self, i: int) -> tuple[float, int]:
+        """:meth:`offset` of sample ``i`` as a float and in whole seconds (:func:`sample_seconds`)."""
+        return sample_seconds(i, self.rate)
+
     def jpeg(self, i: int) -> bytes:
         """The JPEG of sample ``i``."""
         return self.jpegs([i])[0]
@@ -146,11 +158,12 @@ class CacheEntry:
 
     def jpegs_with_previews(self, indices: Iterable[int]) -> list[tuple[bytes, Preview | None]]:
         """The JPEGs of several samples, each with its preview (:class:`apm.data.frames.Preview`)."""
-        return [(jpeg, Preview.from_bytes(preview)) for jpeg, preview in self._file.read_with_previews(self._checked(indices))]
+        read = self._file.read_with_previews(self._checked(indices))
+        return [(jpeg, Preview.from_bytes(preview)) for jpeg, preview in read]
 
     def _checked(self, indices: Iterable[int]) -> list[int]:
-        indices = list(indices)
-        bad = [i for i in indices if not 0 <= i < self.count]
+        indices, count = list(indices), self.count
+        bad = [i for i in indices if not 0 <= i < count]
         if bad:
             raise IndexError(f"{self.video}: samples {bad[:5]} outside 0..{self.count - 1}")
         return indices

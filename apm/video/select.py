@@ -125,8 +125,8 @@ def select_frames(
         entry = cache.entry(videos[index])
         samples = [i for _, i in group]
         for i, jpeg in zip(samples, entry.jpegs(samples)):
-            offset = entry.offset(i)
-            frames.append(Frame(session.key, float(offset), session.start + math.floor(offset), jpeg, entry.key))
+            offset, whole = entry.seconds(i)
+            frames.append(Frame(session.key, offset, session.start + whole, jpeg, entry.key))
     return frames
 
 
