@@ -134,7 +134,7 @@ def bare_client(run_dir: Path, root: Path, cache: Path, server: tuple[subprocess
     return client
 
 
-def probe_request(record: dict[str, Any], run_dir: Path, entries: dict[str, Any]) -> Request:
+def probe_request(record: dict[str, Any], run_dir: Path, entries: dict[tuple[str, str], Any]) -> Request:
     """The request a record's probe sent, rebuilt from its kept prompt and its frames' cached JPEGs."""
     canon = restore(record["prompt"], record["frames"], record["prompt_sha256"],
                     lambda digest: text_path(run_dir, digest).read_text())
@@ -146,7 +146,7 @@ def probe_request(record: dict[str, Any], run_dir: Path, entries: dict[str, Any]
             if isinstance(part, str):
                 built.append(TextPart(part))
                 continue
-            f, entry = next(shown), entries[part[0]]
+            f, entry = next(shown), entries[record["trajectory_id"], part[0]]
             jpeg = entry.jpeg(round(f["offset"] * entry.rate))
             built.append(FramePart(Frame(f["session"], f["offset"], f["wall_clock"], jpeg, entry.key),
                                    still=len(part) == 3))
@@ -157,7 +157,7 @@ def probe_request(record: dict[str, Any], run_dir: Path, entries: dict[str, Any]
 def bare_main(args: argparse.Namespace) -> None:
     """The bare client (``--bare-of RUN_DIR``): every record's body built, then all posted at ``--concurrency``."""
     release, frames = load_release(args.release), FrameCache(args.cache)
-    entries = {s.key: frames.entry(s.video) for t in release.trajectories for s in t.sessions}
+    entries = {(t.trajectory_id, s.key): frames.entry(s.video) for t in release.trajectories for s in t.sessions}
     wire = OpenAIBackbone(model="fake", base_url=args.base_url).wire
     bodies = [bytes(wire(probe_request(r, args.bare_of, entries))) for r in lines(args.bare_of, "records")]
     wall, _, ttfts = asyncio.run(bare(args.base_url, bodies, args.concurrency))

@@ -10,7 +10,11 @@ through the same backbone class at concurrency C. The figure is the ratio of the
 ≥ 0.85); an ideal client reaches C/L.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_streaming_throughput.py [--latency 0.5] [--concurrency 16]
-        [--copies 16] [--memory event_memory|thought_memory]
+        [--copies 16] [--memory event_memory|thought_memory] [--source RELEASE --cache DIR]
+
+``--source`` repeats another release's trajectories instead (e.g. paper-shaped ones, whose lengths differ:
+26 copies of 4 paper-shaped trajectories are the paper's 104), its frame cache at ``--cache`` (built there
+if missing; read, never emptied).
 
 (``PYTHONPATH=$PWD``: the script's folder comes first on ``sys.path``, so without it the installed ``apm``
 is measured, not the working tree.) Each run prints its CPU per request beside the bare client's: on a
@@ -53,9 +57,16 @@ IDS = ("trajectory_id", "candidate_id", "original_candidate_id")
 
 
 def repeated_release(source: Path, out: Path, copies: int) -> Path:
-    """``source``'s trajectories ``copies`` times under new ids (``<id>-<k>``), sharing its videos."""
+    """``source``'s trajectories ``copies`` times under new ids (``<id>-<k>``), sharing its videos (hard links,
+    else copies: a release refuses a video that links outside it)."""
     out.mkdir(parents=True)
-    (out / "videos").symlink_to(source / "videos")
+    for video in (v for v in (source / "videos").rglob("*") if v.is_file()):
+        shared = out / video.relative_to(source)
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(video.resolve(), shared)
+        except OSError:  # another file system
+            shutil.copy2(video, shared)
     trajectories = json.loads((source / "trajectories.json").read_text())
     (out / "trajectories.json").write_text(json.dumps(
         [{**t, "trajectory_id": f"{t['trajectory_id']}-{k}"} for k in range(copies) for t in trajectories]))
@@ -141,16 +152,19 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--copies", type=int, default=16, help="times the tiny release's 3 trajectories are repeated")
     p.add_argument("--memory", choices=sorted(WRITTEN), default="event_memory")
+    p.add_argument("--source", type=Path, help="the release to repeat (default: the tiny synthetic release)")
+    p.add_argument("--cache", type=Path, help="with --source: its frame cache")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        source = generate(tmp / "tiny", seed=1, scale="tiny")
+        source = args.source.resolve() if args.source else generate(tmp / "tiny", seed=1, scale="tiny")
+        cache = args.cache.resolve() if args.source and args.cache else tmp / "cache"
         root = repeated_release(source, tmp / "release", args.copies)
-        build_release_cache(load_release(root), tmp / "cache", progress=False)
+        build_release_cache(load_release(root), cache, progress=False)
         proc, base_url = start_server(args.latency)
         try:
-            stream = streaming_run(root, tmp / "runs", tmp / "cache", base_url, args.concurrency, args.memory)
-            request = description_request(FrameCache(tmp / "cache"), root, 0)
+            stream = streaming_run(root, tmp / "runs", cache, base_url, args.concurrency, args.memory)
+            request = description_request(FrameCache(cache), root, 0)
             bare = asyncio.run(bare_client(request, base_url, args.concurrency, stream["requests"]))
         finally:
             proc.terminate()
@@ -160,7 +174,7 @@ def main() -> None:
     print(f"Command: `python {' '.join(sys.argv)}`")
     print(f"Machine: {machine()}")
     print(f"L = {args.latency:g} s, C = {args.concurrency}, ideal C/L = {ideal:.1f} requests/s; "
-          f"{3 * args.copies} trajectories")
+          f"{len(load_release(source).trajectories) * args.copies} trajectories of {source.name}")
     print("| client | requests | wall (s) | requests/s | ÷ bare client | CPU ms / request | most probes in flight "
           "| errors |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
