@@ -160,6 +160,7 @@ def main() -> None:
         source = args.source.resolve() if args.source else generate(tmp / "tiny", seed=1, scale="tiny")
         cache = args.cache.resolve() if args.source and args.cache else tmp / "cache"
         root = repeated_release(source, tmp / "release", args.copies)
+        trajectories = len(load_release(root).trajectories)
         build_release_cache(load_release(root), cache, progress=False)
         proc, base_url = start_server(args.latency)
         try:
@@ -174,7 +175,7 @@ def main() -> None:
     print(f"Command: `python {' '.join(sys.argv)}`")
     print(f"Machine: {machine()}")
     print(f"L = {args.latency:g} s, C = {args.concurrency}, ideal C/L = {ideal:.1f} requests/s; "
-          f"{len(load_release(source).trajectories) * args.copies} trajectories of {source.name}")
+          f"{trajectories} trajectories, {args.copies} copies of {source.name}")
     print("| client | requests | wall (s) | requests/s | ÷ bare client | CPU ms / request | most probes in flight "
           "| errors |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -168,7 +168,7 @@ def test_streaming_systems_import_nothing_from_the_runner():
 def test_a_session_whose_video_cannot_be_decoded_records_why_and_the_run_goes_on(tiny, tmp_path, monkeypatch):
     import apm.runner.online as replay
 
-    def broken(cache, session, limit):
+    def broken(cache, session, limit, previews=False):
         if session.key == "DAY1/S002":
             raise VideoDecodeError(session.video, 3.0, "corrupt packet")
         return session_frames(cache, session, limit)
