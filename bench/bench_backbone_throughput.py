@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import io
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import host
 import httpx
 from PIL import Image
 
@@ -97,9 +97,7 @@ def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
 
 
 def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    return (f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}, "
+    return (f"{host.machine()}, "
             f"httpx {httpx.__version__}; load average at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -16,7 +16,6 @@ import io
 import json
 import os
 import pickle
-import platform
 import resource
 import statistics
 import subprocess
@@ -34,6 +33,8 @@ from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import host  # noqa: E402
 
 from apm.data.instances import Instance  # noqa: E402
 from apm.data.model import Candidate, Session, Trajectory  # noqa: E402
@@ -277,11 +278,8 @@ def run(work: Path, minutes: int, repeats: int) -> Results:
 
 def machine() -> str:
     """CPU model and count, OS and library versions."""
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-    model = next((ln.split(":", 1)[1].strip() for ln in lscpu if ln.startswith("Model name")), platform.processor())
     return (
-        f"{os.cpu_count()} cores ({model}), {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}, PyAV {av.__version__} (FFmpeg {av.ffmpeg_version_info}), "
+        f"{host.machine()}, PyAV {av.__version__} (FFmpeg {av.ffmpeg_version_info}), "
         f"Pillow {PIL.__version__}"
     )
 

@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from host import cpu_model
 from process_tree import TreePeak
 
 from apm.backbones.base import Backbone, Request, Response
@@ -55,10 +56,6 @@ SYSTEMS = {
                                          "~memory.recent_frames", "memory.name='Null stream (bench)'"],
 }
 
-
-def cpu_model() -> str:
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next((x.split(":", 1)[1].strip() for x in out.splitlines() if x.startswith("Model name")), "?")
 
 
 def timed_run(checkout: Path, work: Path, overrides: list[str]) -> tuple[float, float, int]:

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import subprocess
 import tempfile
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import host
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
@@ -133,16 +133,12 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def machine() -> str:
     """This machine in a few words: CPU model and cores, GPUs (``nvidia-smi``) if any, Python."""
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    cpu = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")),
-               platform.machine())
     try:
         gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                               text=True).stdout.strip().splitlines()
     except FileNotFoundError:
         gpus = []
-    where = f"{os.cpu_count()} cores ({cpu})" + (f", {len(gpus)} × {gpus[0]}" if gpus else ", no GPU")
-    return f"{where}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    return f"{host.machine()}" + (f", {len(gpus)} × {gpus[0]}" if gpus else ", no GPU")
 
 
 def markdown(results: dict[str, dict], args: argparse.Namespace, machine: str, wall_s: float) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+from host import cpu_model
 
 from apm.records.prompts import canon_digest, keep
 from apm.records.rundir import RunDir
@@ -170,7 +171,7 @@ def main() -> None:
         )
         result = {
             "command": f"python {' '.join(sys.argv)}",
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "load_at_start": load,
             "load_at_end": os.getloadavg(),
             "records": count,
@@ -188,11 +189,6 @@ def main() -> None:
         pub_["bytes_per_record"] = pub_["bytes_written"] / count
     print(json.dumps(result, indent=1))
 
-
-def _cpu_model() -> str:
-    """``lscpu``'s model name."""
-    text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Model name")), "?")
 
 
 if __name__ == "__main__":

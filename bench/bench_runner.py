@@ -14,11 +14,11 @@ import asyncio
 import json
 import platform
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from host import cpu_model
 from hydra import compose, initialize_config_dir
 
 from apm.configs import CONF_DIR
@@ -26,14 +26,6 @@ from apm.data.release import load_release
 from apm.runner.app import run_async, run_dir_of
 from apm.synth import generate
 from apm.video.cache import build_release_cache
-
-
-def cpu_model() -> str:
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next(
-        (line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
-        platform.processor(),
-    )
 
 
 def bench(memory: str, root: Path, out: Path, cache: Path, max_frames: int) -> dict:

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from host import cpu_model
+
 HERE = Path(__file__).resolve().parents[1]
 
 
@@ -44,12 +46,6 @@ def cpu_seconds(checkout: Path, module: str, flag: str) -> float:
         raise SystemExit(f"{module} {flag} exited {child.returncode} in {checkout}")
     return usage.ru_utime + usage.ru_stime
 
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from host import cpu_model
 from hydra import compose, initialize_config_dir
 from hydra.utils import get_class
 from omegaconf import OmegaConf
@@ -93,11 +94,6 @@ def system_overrides(name: str) -> list[str]:
     writes = "max_tokens" in OmegaConf.load(Path(CONF_DIR) / "memory" / f"{name}.yaml")
     return ["memory.max_tokens=16"] if writes else []
 
-
-def cpu_model() -> str:
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next((x.split(":", 1)[1].strip() for x in out.splitlines() if x.startswith("Model name")),
-                platform.processor())
 
 
 def lines(run_dir: Path, kind: str) -> list[dict[str, Any]]:

@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import host
 import httpx
 from hydra import compose, initialize_config_dir
 
@@ -140,9 +140,7 @@ async def bare_client(request: Request, base_url: str, concurrency: int, n: int)
 
 
 def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    return (f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}; "
+    return (f"{host.machine()}; "
             f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

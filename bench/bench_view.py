@@ -34,7 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench_publish import cpu_model, synthesise
 from hydra import compose, initialize_config_dir
+from process_tree import TreePeak
 
 from apm.cli.judge import main as judge
 from apm.configs import CONF_DIR
@@ -139,28 +141,54 @@ def first_page_s(site: Path) -> float | None:
         driver.quit()
 
 
-MEASURED = ("import sys; from pathlib import Path; from apm.cli.view import main; code = main(sys.argv[1:]); "
-            "print(next(x.split()[1] for x in Path('/proc/self/status').read_text().splitlines() "
-            "if x.startswith('VmHWM:')), file=sys.stderr); sys.exit(code)")
-"""``apm-view`` in a child that reports its own peak RSS (KiB) last on stderr: ``VmHWM``, the high-water
-mark of the memory it was exec'd into. ``ru_maxrss`` would not do: Linux carries the parent's resident
-size at the fork into it, so it reported the benchmark's own memory whenever that was larger."""
+VIEW = "import sys; from apm.cli.view import main; sys.exit(main(sys.argv[1:]))"
+"""``apm-view`` in a child process of its own; its whole tree (the record loader's workers included) is
+sampled by :class:`process_tree.TreePeak`."""
 
 
 def build(runs: Path, site: Path, frames_per_cell: int, thumb_grid: int = DEFAULT_THUMB_GRID) -> dict[str, Any]:
-    """``apm-view`` in a subprocess: wall seconds, its peak RSS (MiB) and what it wrote."""
+    """``apm-view`` in a subprocess: wall seconds, the peak summed RSS (MiB) and CPU seconds of its process
+    tree, and what it wrote."""
     started = time.perf_counter()
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
-    done = subprocess.run([sys.executable, "-c", MEASURED, str(runs), "--out", str(site), "--frames-per-cell",
-                           str(frames_per_cell), "--thumb-grid", str(thumb_grid)], check=True, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", VIEW, str(runs), "--out", str(site), "--frames-per-cell",
+                              str(frames_per_cell), "--thumb-grid", str(thumb_grid)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with TreePeak(child.pid) as tree:
+        _, stderr = child.communicate()
+    if child.returncode:
+        raise SystemExit(f"apm-view failed ({child.returncode}): {stderr.strip()[-500:]}")
     wall = time.perf_counter() - started
     thumbs = list((site / "thumbs").glob("*.jpg"))
     chunks = list((site / "chunks").rglob("*.js"))
     data = sum(p.stat().st_size for p in site.rglob("*") if p.is_file()) - sum(p.stat().st_size for p in thumbs)
-    return {"wall_s": wall, "rss_mib": int(done.stderr.split()[-1]) / 1024, "data_bytes": data,
+    return {"wall_s": wall, "rss_mib": tree.peak_kib / 1024, "cpu_s": tree.cpu_s, "data_bytes": data,
             "thumb_bytes": sum(p.stat().st_size for p in thumbs), "thumbs": len(thumbs), "chunks": len(chunks),
             "largest_chunk": max(p.stat().st_size for p in chunks), "first_page_s": first_page_s(site)}
+
+
+def publish_shaped(work: Path, methods: int, per_method: int, frames_per_cell: int) -> int:
+    """``bench_publish``'s paper-shaped records (``methods`` × ``per_method``, kept under ``work``), each
+    method given a ``config.json`` whose release does not exist (the page then has no question texts and
+    no thumbnails: the records' own size is what is measured), viewed."""
+    runs = work / "runs"
+    if not runs.exists():
+        synthesise(runs, methods, per_method)
+    for run_dir in sorted(runs.glob("method*")):
+        with (run_dir / "records" / "shard-0.jsonl").open() as f:
+            config_hash = json.loads(f.readline())["run"]["config_hash"]
+        (run_dir / "config.json").write_text(json.dumps({
+            "config_hash": config_hash, "release_fingerprint": None,
+            "config": {"dataset": {"root": str(work / "no-release")}}}))
+    load = os.getloadavg()
+    got = build(runs, work / "site", frames_per_cell)
+    cells = sum(1 for p in runs.glob("method*/records/*.jsonl") for _ in p.open())
+    first = got["first_page_s"] or float("nan")
+    print(f"{cpu_model()}; load average at the start {load[0]:.2f}, at the end {os.getloadavg()[0]:.2f}")
+    print(f"{cells} paper-shaped cells: {got['wall_s']:.1f} s, CPU {got['cpu_s']:.1f} s, peak RSS of the tree "
+          f"{got['rss_mib']:.0f} MiB, data {got['data_bytes'] / 1e6:.1f} MB, chunks {got['chunks']} "
+          f"(largest {got['largest_chunk'] / 1e6:.2f} MB), first page {first:.2f} s")
+    return 0
 
 
 def extrapolated(rows: list[tuple[int, dict[str, Any]]], cells: int, frames_per_cell: int) -> str:
@@ -211,8 +239,14 @@ def main() -> int:
     p.add_argument("--paper-release", type=Path, help="measure PAPER_METHODS on this paper-shaped release instead")
     p.add_argument("--cache", type=Path, help="with --paper-release: its frame cache (read, never written)")
     p.add_argument("--work", type=Path, help="with --paper-release: where the runs and site go (runs are reused)")
+    p.add_argument("--publish-shaped", type=int, metavar="PER_METHOD",
+                   help="view --methods x PER_METHOD of bench_publish's paper-shaped records under --work instead")
     args = p.parse_args()
     print(f"# {platform.node()} · {os.cpu_count()} CPUs · Python {platform.python_version()}")
+    if args.publish_shaped:
+        if not args.work:
+            p.error("--publish-shaped needs --work")
+        return publish_shaped(args.work, args.methods, args.publish_shaped, args.frames_per_cell)
     if args.paper_release:
         if not (args.cache and args.work):
             p.error("--paper-release needs --cache and --work")

@@ -127,7 +127,8 @@ def test_the_same_system_passes_those_checks_when_it_is_not_broken(tiny, tmp_pat
 
 
 def test_a_feed_that_repeats_a_frame_fails_the_order_check(tiny, tmp_path, capsys, monkeypatch):
-    def repeated(cache, session, limit, previews=False):  # the runner merges events by time: a repeat is what a feed can get wrong
+    # the runner merges events by time: a repeat is what a feed can get wrong
+    def repeated(cache, session, limit, previews=False):
         frames = list(session_frames(cache, session, limit, previews))
         frames[4] = frames[3]
         return tuple(frames)

@@ -304,7 +304,26 @@ class Releases:
 
 def on_grid(frame: Mapping[str, Any], grid: int) -> bool:
     """Whether a recorded frame's offset is an exact multiple of ``grid`` seconds from its session's start."""
-    return Fraction(str(frame["offset"])) % grid == 0
+    return _offset_on_grid(frame["offset"], grid)
+
+
+@lru_cache(maxsize=1 << 16)
+def _offset_on_grid(offset: float, grid: int) -> bool:
+    """:func:`on_grid` of one offset, its decimal text taken exactly; cached, as :func:`_sample` is."""
+    return Fraction(str(offset)) % grid == 0
+
+
+@lru_cache(maxsize=1 << 16)
+def _sample(offset: float, rate_numerator: int, rate_denominator: int) -> int | None:
+    """The sample ``offset × rate`` of a recorded offset (its decimal text taken exactly), None when it is off
+    the sample grid. Cached (keyed on integers: a ``Fraction``'s hash is slow): a sweep's records send the same
+    seconds of a session again and again, and exact arithmetic on every frame of 1,024-frame records was
+    most of the viewer's time."""
+    rate = Fraction(rate_numerator, rate_denominator)
+    sample = Fraction(str(offset)) * rate
+    if sample.denominator != 1 or float(sample / rate) != offset:
+        return None
+    return int(sample)
 
 
 def thumbed(frames: Sequence[Mapping[str, Any]], cap: int, grid: int = 0) -> list[int]:
@@ -350,14 +369,15 @@ def strip(frames: Sequence[Mapping[str, Any]], rate: Fraction) -> dict[str, Any]
     of byte ``j // 8`` from the high end) marking sample ``first + j``; ``{"count", "frames": [[session, offset], …]}``
     when an offset is off the sample grid. A 1,024-frame record takes under a kilobyte."""
     runs: list[tuple[str, list[int]]] = []
+    numerator, denominator = rate.numerator, rate.denominator
     for f in frames:
-        sample = Fraction(str(f["offset"])) * rate
-        if sample.denominator != 1 or float(sample / rate) != f["offset"]:
+        sample = _sample(f["offset"], numerator, denominator)
+        if sample is None:
             return {"count": len(frames), "frames": [[g.get("session"), g.get("offset")] for g in frames]}
-        if runs and runs[-1][0] == f["session"] and int(sample) > runs[-1][1][-1]:
-            runs[-1][1].append(int(sample))
+        if runs and runs[-1][0] == f["session"] and sample > runs[-1][1][-1]:
+            runs[-1][1].append(sample)
         else:
-            runs.append((f["session"], [int(sample)]))
+            runs.append((f["session"], [sample]))
     coded = [[session, samples[0], _bits(samples)] for session, samples in runs]
     return {"count": len(frames), "rate": str(rate), "runs": coded}
 
