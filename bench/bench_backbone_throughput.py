@@ -123,9 +123,10 @@ def report(rows: list[Row], latency: float, command: str) -> str:
 
 
 def write_docs(section: str, heading: str = SECTION) -> None:
-    """Replace the section of docs/performance.md under ``heading`` (a benchmark's), keeping every other."""
+    """Replace the text under ``heading`` (a benchmark's) up to the next heading of any level, keeping every
+    other section and the section's own subsections."""
     text = DOCS.read_text() if DOCS.exists() else "# Performance\n"
-    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^#{{2,}} |\Z)", re.S | re.M)
     text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
     DOCS.write_text(text)
 
