@@ -16,6 +16,9 @@ its own subprocess, one after the other:
   frames (the same cached JPEGs, so the same bytes but for the generation settings' few bytes) and
   posted by httpx alone at the same concurrency (``bench_requests.bare``).
 
+``--rounds N`` runs the pair N times on the same server (rows per round and the median ratio): on a host
+that sat idle the first round runs slower in every process, the fake server's too (docs/performance.md).
+
 Per client: requests/s (apm-run: probes from the first probe's preparation, ``written − prep_s −
 elapsed_s``, to its last record written — and, apart, from its first request reaching the server, its
 preflight's two requests inside that window; bare: its own timer, after one warm-up round), CPU ms per
@@ -25,7 +28,7 @@ peak RSS of the tree and its growth from that moment, per request in flight at t
 requests the server had in flight.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_raw_video.py [--trajectories 2] [--latency 0.5]
-        [--concurrency 16] [--run-concurrency 32] [--limit N] [--work DIR]
+        [--concurrency 16] [--run-concurrency 32] [--limit N] [--rounds 3] [--work DIR]
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import httpx
@@ -181,6 +185,8 @@ def main() -> None:
                    help="apm-run's concurrency (instances being prepared or sent at once; default --concurrency)")
     p.add_argument("--frames", type=int, default=1024, help="backbone.max_frames")
     p.add_argument("--limit", type=int, default=None, help="dataset.limit: run only N instances")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="apm-run then the bare client, this many times on the same server (rows per round, the median)")
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "apm-bench-raw-video",
                    help="keep (and reuse) the release and frame cache here")
     p.add_argument("--bare-of", type=Path, help=argparse.SUPPRESS)
@@ -192,15 +198,18 @@ def main() -> None:
     if args.bare_of:
         return bare_main(args)
     with tempfile.TemporaryDirectory() as tmp:
-        root, cache, runs = args.work / f"paper-{args.trajectories}", args.work / "cache", Path(tmp) / "runs"
+        root, cache = args.work / f"paper-{args.trajectories}", args.work / "cache"
         if not (root / "trajectories.json").exists():
             generate(root, seed=0, scale="paper", limit_trajectories=args.trajectories)
         build_release_cache(load_release(root), cache, progress=False)
         load = os.getloadavg()[0]
         server = start_server(args.latency)
         try:
-            run, run_dir = apm_run(root, runs, cache, server, args)
-            plain = bare_client(run_dir, root, cache, server, args)
+            rounds = []
+            for i in range(args.rounds):
+                (folder := Path(tmp) / f"round-{i + 1}").mkdir()
+                run, run_dir = apm_run(root, folder / "runs", cache, server, args)
+                rounds.append((run, bare_client(run_dir, root, cache, server, args)))
         finally:
             server[0].terminate()
             server[0].wait()
@@ -212,10 +221,18 @@ def main() -> None:
     print("| client | requests | requests/s | ÷ bare | CPU ms / request (tree) | fake server CPU ms / request "
           "| most in flight at the server | peak RSS (MiB) | peak RSS growth per request in flight (MiB) | errors |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print(row("bare httpx (the run's bodies, prebuilt)", plain, plain))
-    print(row("`raw_video` via `apm-run`", run, plain))
-    print(f"apm-run from its first request (the preflight's included): {run.started_rps:.2f} requests/s, "
-          f"{run.started_rps / plain.rps:.2f} of bare")
+    for i, (run, plain) in enumerate(rounds, 1):
+        which = f" (round {i})" if args.rounds > 1 else ""
+        print(row(f"bare httpx (the run's bodies, prebuilt){which}", plain, plain))
+        print(row(f"`raw_video` via `apm-run`{which}", run, plain))
+    for i, (run, plain) in enumerate(rounds, 1):
+        print(f"apm-run from its first request (the preflight's included){f' (round {i})' if args.rounds > 1 else ''}: "
+              f"{run.started_rps:.2f} requests/s, {run.started_rps / plain.rps:.2f} of bare")
+    if args.rounds > 1:
+        ratios = [run.rps / plain.rps for run, plain in rounds]
+        started = [run.started_rps / plain.rps for run, plain in rounds]
+        print(f"÷ bare by round: {', '.join(f'{r:.2f}' for r in ratios)}; median {median(ratios):.2f} "
+              f"(from the first request, the preflight's included: median {median(started):.2f})")
 
 
 if __name__ == "__main__":
