@@ -221,12 +221,12 @@ def main() -> None:
     print("| client | requests | requests/s | ÷ bare | CPU ms / request (tree) | fake server CPU ms / request "
           "| most in flight at the server | peak RSS (MiB) | peak RSS growth per request in flight (MiB) | errors |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for i, (run, plain) in enumerate(rounds, 1):
-        which = f" (round {i})" if args.rounds > 1 else ""
+    labels = [f" (round {i})" if args.rounds > 1 else "" for i in range(1, args.rounds + 1)]
+    for which, (run, plain) in zip(labels, rounds):
         print(row(f"bare httpx (the run's bodies, prebuilt){which}", plain, plain))
         print(row(f"`raw_video` via `apm-run`{which}", run, plain))
-    for i, (run, plain) in enumerate(rounds, 1):
-        print(f"apm-run from its first request (the preflight's included){f' (round {i})' if args.rounds > 1 else ''}: "
+    for which, (run, plain) in zip(labels, rounds):
+        print(f"apm-run from its first request (the preflight's included){which}: "
               f"{run.started_rps:.2f} requests/s, {run.started_rps / plain.rps:.2f} of bare")
     if args.rounds > 1:
         ratios = [run.rps / plain.rps for run, plain in rounds]
