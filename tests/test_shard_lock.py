@@ -216,3 +216,27 @@ def test_jobs_of_two_shard_counts_at_once_leave_a_single_runs_memory(tiny, tmp_p
     assert memory == single_run[0]
     assert shown == single_run[1]
     assert lines == len(shown) == single_run[2]
+
+
+
+def test_another_count_is_refused_naming_a_job_that_has_joined_but_not_yet_taken_its_shard(tmp_path):
+    """The race CI met: a job of shard.count=2 has joined its count's group but not yet taken its shard's
+    lock when a job of shard.count=3 is refused; the refusal still names it (host and pid), not "a job"."""
+    from types import SimpleNamespace
+
+    from apm.records.lock import GroupHeld, WriterLock, take_group
+    from apm.runner.shard_lock import other_count_line
+
+    joined, shard = take_group(tmp_path, "count-2"), WriterLock(tmp_path / "shard-0-of-2.lock", {"host": "node12",
+                                                                                                 "pid": 4242})
+    taking = threading.Timer(0.3, shard.acquire)  # the other job, a moment later: its shard's lock
+    try:
+        with pytest.raises(GroupHeld) as refused:
+            take_group(tmp_path, "count-3")
+        taking.start()
+        line = other_count_line(SimpleNamespace(run_dir=tmp_path, shard_label="shard-0-of-3"), refused.value)
+    finally:
+        taking.join()
+        shard.release()
+        joined.release()
+    assert "jobs of shard.count=2 (host node12 pid 4242); a job of shard.count=3" in line, line

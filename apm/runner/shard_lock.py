@@ -3,8 +3,10 @@ a run dir at once share one shard count."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from apm.records.lock import (
@@ -43,12 +45,29 @@ def shard_count(label: str) -> int:
     return int(label.rsplit("-of-", 1)[1])
 
 
+NAMING_WAIT_S = 2.0
+"""How long a refusal waits for a job of the running count to be named: a job joins its count's group
+just before it takes its shard's lock, the file that names it."""
+
+
+def running_holder(locks: Path, count: str) -> dict[str, Any] | None:
+    """A job of shard count ``count`` holding its shard's lock, as that lock file names it; waited for
+    up to ``NAMING_WAIT_S`` (``None`` after), since the group is joined a moment before the shard."""
+    deadline = time.monotonic() + NAMING_WAIT_S
+    while True:
+        for path in sorted(locks.glob(f"shard-*-of-{count}.lock")):
+            if held_elsewhere(path) and (holder := read_holder(path)):
+                return holder
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
 def other_count_line(setup: RunSetup, held: GroupHeld) -> str:
     """The refusal of a job whose shard count differs from that of the jobs writing the run dir now,
     naming one of them (their shards' lock files say who they are)."""
     count = held.path.name.removesuffix(GROUP_SUFFIX).removeprefix("count-")
-    locks = sorted(held.path.parent.glob(f"shard-*-of-{count}.lock"))
-    holder = next((read_holder(p) for p in locks if held_elsewhere(p)), None)
+    holder = running_holder(held.path.parent, count)
     who = f"host {holder.get('host')} pid {holder.get('pid')}" if holder else "a job"
     return (f"apm-run: {setup.run_dir} is being written by jobs of shard.count={count} ({who}); a job of "
             f"shard.count={shard_count(setup.shard_label)} would share their trajectories' memory state; "
