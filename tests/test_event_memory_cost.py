@@ -38,8 +38,11 @@ def test_a_thumbnail_costs_a_fraction_of_decoding_the_frame():
         with Image.open(io.BytesIO(frame.jpeg)) as im:
             im.convert("RGB")
 
-    full, thumb = min(_cpu(decode) for _ in range(3)), min(_cpu(lambda: thumbnail(frame, 0.1)) for _ in range(3))
-    assert thumb < 0.75 * full, (thumb, full)  # decoded whole (and resized), it cost more than a decode
+    full = min(_cpu(decode, 200) for _ in range(3))
+    thumb = min(_cpu(lambda: thumbnail(frame, 0.1), 200) for _ in range(3))
+    # Decoded whole (and resized), it cost more than a decode (> 1×); at 1/8 it is 0.66–0.69× on a quiet
+    # 2-core host, 0.76× once under CI's load with 30 repeats: the margin leaves room for that noise.
+    assert thumb < 0.85 * full, (thumb, full)
 
 
 def test_a_thumbnail_keeps_its_size_and_leaves_out_the_margins():
